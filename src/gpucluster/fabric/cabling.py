@@ -1,0 +1,96 @@
+"""The per-port cabling map and the bill of materials, streamed: 200k-GPU plans have ~600k cables."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from gpucluster.fabric.plan import Plan, Unit
+
+CABLING_HEADER = "a_device,a_port,b_device,b_port,link,media\n"
+
+
+def leaf_name(plan: Plan, unit: Unit, rail: int) -> str:
+    return f"{unit.name}-r{rail}" if plan.design == "rail-optimized" else unit.name
+
+
+def endpoint_media(plan: Plan) -> str:
+    """Fat-tree leaves in the rack take copper; rail leaves sit at the end of the row and need optics."""
+    in_rack = all(g.nodes_per_rack >= plan.unit_nodes for g in plan.spec.fabric_groups)
+    return "DAC" if plan.design == "fat-tree" and in_rack else "AOC"
+
+
+def cabling_rows(plan: Plan) -> Iterator[str]:
+    """CSV lines (with newline) for every link: node NIC -> leaf, leaf -> spine, spine -> core."""
+    spec = plan.spec
+    rails, groups_n = plan.rails, plan.rail_groups
+    per_group = max(1, rails // groups_n) if plan.design == "rail-optimized" else 1
+    leaf = plan.tier("leaf")
+    spine = plan.tier("spine")
+    media = endpoint_media(plan)
+    s_per = plan.spines_per_group
+    m1 = leaf.up // s_per
+    for unit in plan.units:
+        group = spec.group(unit.group)
+        hcas = plan.hcas(group)
+        for p in range(unit.count):
+            host = group.host(unit.first + p)
+            for r in range(group.nics_per_node):
+                if plan.design == "rail-optimized":
+                    yield f"{host},{hcas[r]},{leaf_name(plan, unit, r)},{p + 1},node-leaf,{media}\n"
+                else:
+                    yield f"{host},{hcas[r]},{unit.name},{p * rails + r + 1},node-leaf,{media}\n"
+        for r in range(len(unit.leaves)):
+            lname = leaf_name(plan, unit, r)
+            g = r // per_group
+            if plan.tiers == 3:
+                pos = (unit.index % plan.units_per_pod) * per_group + r % per_group
+                base = (unit.pod * groups_n + g) * s_per
+            else:
+                pos = unit.index * per_group + r % per_group
+                base = g * s_per
+            for q in range(leaf.up):
+                s, j = q % s_per, q // s_per
+                yield (f"{lname},{leaf.down + q + 1},spine{base + s + 1:05d},{pos * m1 + j + 1},"
+                       "leaf-spine,fiber\n")
+    if plan.tiers == 3:
+        c_per = plan.cores_per_plane
+        m2 = spine.up // c_per
+        for pod in range(plan.pods):
+            for g in range(groups_n):
+                for s in range(s_per):
+                    sname = f"spine{(pod * groups_n + g) * s_per + s + 1:05d}"
+                    plane = g * s_per + s
+                    for q in range(spine.up):
+                        c, j = q % c_per, q // c_per
+                        yield (f"{sname},{spine.down + q + 1},core{plane * c_per + c + 1:05d},"
+                               f"{pod * m2 + j + 1},spine-core,fiber\n")
+
+
+def bom_rows(plan: Plan) -> list[list]:
+    spec = plan.spec
+    parts = spec.parts
+    rows: list[list] = [["category", "item", "model", "description", "quantity"]]
+    for t in plan.tier_plans:
+        rows.append(["switch", t.tier, t.model, parts.switches[t.model].name, t.count])
+    for g in spec.node_groups:
+        rows.append(["node", g.name, g.role, f"{g.cpu.sockets}x{g.cpu.cores_per_socket}c {g.memory_gb} GB", g.count])
+    gpus: dict[str, int] = plan.gpus_by_type
+    for key, n in gpus.items():
+        model = parts.gpus[key]
+        rows.append(["gpu", key, key, model.name, n // model.devices_per_card])
+    nics: dict[str, int] = {}
+    for g in spec.node_groups:
+        if g.nic:
+            nics[g.nic] = nics.get(g.nic, 0) + g.count * g.nics_per_node
+    for key, n in nics.items():
+        rows.append(["nic", key, key, parts.nics[key].name, n])
+    links = plan.links
+    rows.append(["cable", "node-leaf", endpoint_media(plan), f"{plan.speed_gbps}G", links["node-leaf"]])
+    optical = 0
+    for name, n in links.items():
+        if name != "node-leaf":
+            rows.append(["cable", name, "fiber", f"{plan.speed_gbps}G", n])
+            optical += n
+    rows.append(["transceiver", "switch-switch", "optic", f"{plan.speed_gbps}G, two per fiber", 2 * optical])
+    rows.append(["rack", "nodes", "rack", "racks holding nodes (network racks not counted)", plan.rack_count])
+    return rows

@@ -1,0 +1,376 @@
+"""The physical design of the back-end fabric: a folded Clos (fat tree) or a rail-optimised one.
+
+Everything here is arithmetic on counts; nothing enumerates cables until `cabling` streams them.
+Vocabulary:
+- unit: the set of nodes that share the same leaf switches. In a fat tree a unit is the nodes under one
+  leaf; in a rail-optimised design it is a scalable unit (SU), whose R rails each have their own leaf.
+  Slurm sees a unit as one leaf switch, so no node is ever listed under two leaves.
+- rail group: in a rail-optimised design the rails split into groups, each with its own spines.
+  A fat tree has one group holding every leaf.
+- pod: with three tiers, a set of units and the spines that serve only them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from gpucluster.errors import Finding
+from gpucluster.spec.model import ClusterSpec, NodeGroup
+
+
+class PlanError(Exception):
+    def __init__(self, findings: list[Finding]):
+        super().__init__("\n".join(f.render() for f in findings))
+        self.findings = findings
+
+
+@dataclass(frozen=True)
+class Unit:
+    index: int
+    name: str
+    group: str
+    first: int  # index of the first node within its group
+    count: int  # nodes in this unit (the last unit of a group may be partial)
+    leaves: tuple[int, ...]  # physical leaf indices, one per rail on rail-optimised fabrics
+    pod: int = 0
+
+
+@dataclass(frozen=True)
+class TierPlan:
+    tier: str
+    model: str
+    count: int
+    radix: int
+    down: int  # ports facing down, per switch (designed)
+    up: int  # ports facing up, per switch
+    links_per_peer: int  # links from one switch of the tier below to one switch of this tier
+
+    @property
+    def ratio(self) -> str:
+        if not self.up:
+            return "-"
+        value = self.down / self.up
+        return f"{value:g}:1" if value == round(value, 2) else f"{value:.2f}:1"
+
+
+@dataclass(frozen=True)
+class SlurmSwitch:
+    name: str
+    level: int
+    nodes: tuple[str, ...] = ()  # hostlist expressions
+    switches: tuple[str, ...] = ()
+
+
+@dataclass
+class Plan:
+    spec: ClusterSpec
+    design: str
+    tiers: int
+    speed_gbps: int
+    rails: int
+    rail_groups: int
+    unit_nodes: int
+    units: list[Unit]
+    tier_plans: list[TierPlan]
+    pods: int
+    units_per_pod: int
+    spines_per_group: int  # per pod with 3 tiers, per rail group
+    cores_per_plane: int
+    racks: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # group -> [(rack, first node)]
+    warnings: list[Finding] = field(default_factory=list)
+
+    # ---- counts -------------------------------------------------------------------------------
+    @property
+    def nodes(self) -> int:
+        return sum(g.count for g in self.spec.node_groups)
+
+    @property
+    def gpus_by_type(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for g in self.spec.gpu_groups:
+            out[g.gpu] = out.get(g.gpu, 0) + g.count * g.gpus_per_node
+        return out
+
+    @property
+    def gpus(self) -> int:
+        return sum(self.gpus_by_type.values())
+
+    @property
+    def endpoints(self) -> int:
+        return sum(g.count * g.nics_per_node for g in self.spec.fabric_groups)
+
+    def tier(self, name: str) -> TierPlan | None:
+        return next((t for t in self.tier_plans if t.tier == name), None)
+
+    @property
+    def switches(self) -> dict[str, int]:
+        return {t.tier: t.count for t in self.tier_plans}
+
+    @property
+    def links(self) -> dict[str, int]:
+        out = {"node-leaf": self.endpoints}
+        for lower, upper in zip(self.tier_plans, self.tier_plans[1:], strict=False):
+            out[f"{lower.tier}-{upper.tier}"] = lower.count * lower.up
+        return out
+
+    @property
+    def oversubscription(self) -> dict[str, str]:
+        return {t.tier: t.ratio for t in self.tier_plans if t.up}
+
+    @property
+    def bisection_tbps(self) -> float:
+        """Capacity across the worst even cut: half of the narrowest tier's upward bandwidth."""
+        widths = [self.endpoints] + [t.count * t.up for t in self.tier_plans if t.up]
+        return round(min(widths) * self.speed_gbps / 2 / 1000, 3)
+
+    @property
+    def rack_count(self) -> int:
+        return sum(len(r) for r in self.racks.values())
+
+    # ---- membership ---------------------------------------------------------------------------
+    @cached_property
+    def unit_of_host(self) -> dict[str, Unit]:
+        out = {}
+        for unit in self.units:
+            group = self.spec.group(unit.group)
+            for i in range(unit.first, unit.first + unit.count):
+                out[group.host(i)] = unit
+        return out
+
+    def unit_hostlist(self, unit: Unit) -> str:
+        group = self.spec.group(unit.group)
+        head, _, tail = group.hostname.partition("#" * group.digits)
+        lo = group.first_index + unit.first
+        hi = lo + unit.count - 1
+        if lo == hi:
+            return group.host(unit.first)
+        return f"{head}[{lo:0{group.digits}d}-{hi:0{group.digits}d}]{tail}"
+
+    def rack_of(self, group: NodeGroup, index: int) -> str:
+        start = self.racks[group.name][0][0]
+        return f"rack{start + index // group.nodes_per_rack:04d}"
+
+    def hcas(self, group: NodeGroup) -> list[str]:
+        if group.hcas:
+            return list(group.hcas)
+        prefix = self.spec.parts.nics[group.nic].hca_prefix if group.nic else "mlx5_"
+        return [f"{prefix}{i}" for i in range(group.nics_per_node)]
+
+    @property
+    def root_name(self) -> str:
+        return "core" if self.tiers == 3 else "spine"
+
+    @cached_property
+    def slurm_switches(self) -> list[SlurmSwitch]:
+        """topology.conf: a logical leaf per unit, a switch per pod (3 tiers), one root."""
+        leaves = [SlurmSwitch(u.name, 0, nodes=(self.unit_hostlist(u),)) for u in self.units]
+        if self.tiers == 3:
+            pods = []
+            for p in range(self.pods):
+                members = tuple(u.name for u in self.units if u.pod == p)
+                if members:
+                    pods.append(SlurmSwitch(f"pod{p + 1:03d}", 1, switches=members))
+            root = SlurmSwitch(self.root_name, 2, switches=tuple(s.name for s in pods))
+            return [*leaves, *pods, root]
+        return [*leaves, SlurmSwitch(self.root_name, 1, switches=tuple(u.name for u in self.units))]
+
+
+# ---- planning ---------------------------------------------------------------------------------
+
+def _max_down(radix: int, ratio: float) -> int:
+    """Most downlinks a switch of this radix carries at this oversubscription."""
+    down = int(radix * ratio / (ratio + 1))
+    while down > 0 and down + math.ceil(down / ratio - 1e-9) > radix:
+        down -= 1
+    return down
+
+
+def _up(down: int, ratio: float) -> int:
+    return max(1, math.ceil(down / ratio - 1e-9))
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def plan_cluster(spec: ClusterSpec) -> Plan:
+    """Plan the fabric and racks of a spec that passed the syntax layer. Raises PlanError."""
+    findings: list[Finding] = []
+    fab = spec.fabric
+    parts = spec.parts
+    groups = spec.fabric_groups
+
+    def fail(path: tuple, message: str, fix: str, rule: str) -> PlanError:
+        findings.append(Finding(path, message, fix, rule))
+        return PlanError(findings)
+
+    rails_set = {g.nics_per_node for g in groups}
+    if not groups:
+        raise fail(("node_groups",), "no compute group has NICs on the fabric",
+                   "give the GPU node groups nic and nics_per_node", "fabric-empty")
+    rails = max(rails_set)
+    speeds = {parts.nics[g.nic].speed_gbps for g in groups if g.nic in parts.nics}
+    speed = fab.link_speed_gbps or (max(speeds) if speeds else 0)
+    tier_models = {}
+    for tier in ("leaf", "spine", "core"):
+        model = fab.switches.get(tier)
+        if model and model in parts.switches:
+            tier_models[tier] = parts.switches[model]
+
+    def radix(tier: str) -> int:
+        return tier_models[tier].radix(speed) if tier in tier_models else 0
+
+    for tier in ("leaf", "spine"):
+        if tier not in fab.switches:
+            raise fail(("fabric", "switches"), f"no switch model for the {tier} tier",
+                       f"add switches.{tier}", "fabric-switch")
+        if radix(tier) == 0:
+            ports = tier_models[tier].ports if tier in tier_models else {}
+            raise fail(("fabric", "switches", tier),
+                       f"'{fab.switches[tier]}' has no ports at {speed} Gb/s (it has {ports})",
+                       "pick a switch with ports at the link speed or set fabric.link_speed_gbps",
+                       "switch-speed")
+
+    k1 = radix("leaf")
+    r1 = fab.ratio("leaf")
+    # ---- units and leaves
+    if fab.design == "rail-optimized":
+        unit_nodes = fab.scalable_unit_nodes
+        if unit_nodes is None:
+            raise fail(("fabric", "scalable_unit_nodes"), "a rail-optimized design needs the unit size",
+                       "set fabric.scalable_unit_nodes (nodes per scalable unit, e.g. 32)", "required")
+        if rails % fab.rail_groups:
+            raise fail(("fabric", "rail_groups"), f"{rails} rails do not split into {fab.rail_groups} groups",
+                       f"use a divisor of {rails}", "rail-groups")
+        d1 = unit_nodes
+        leaves_per_unit = rails
+    else:
+        if fab.rail_groups != 1:
+            raise fail(("fabric", "rail_groups"), "rail groups exist only on rail-optimized fabrics",
+                       "remove rail_groups or set design: rail-optimized", "rail-groups")
+        unit_nodes = fab.nodes_per_leaf or _max_down(k1, r1) // rails
+        if unit_nodes < 1:
+            raise fail(("fabric", "switches", "leaf"),
+                       f"a {k1}-port leaf at {fab.oversubscription.get('leaf', '1:1')} cannot take "
+                       f"one node's {rails} NICs", "pick a larger leaf switch", "radix")
+        d1 = unit_nodes * rails
+        leaves_per_unit = 1
+    u1 = _up(d1, r1)
+    if d1 + u1 > k1:
+        what = "scalable_unit_nodes" if fab.design == "rail-optimized" else "nodes_per_leaf"
+        raise fail(("fabric", what),
+                   f"a leaf needs {d1} down + {u1} up ports at {fab.oversubscription.get('leaf', '1:1')} "
+                   f"but '{fab.switches['leaf']}' has {k1} at {speed} Gb/s",
+                   f"lower {what} to at most {_max_down(k1, r1) // (1 if leaves_per_unit > 1 else rails)}",
+                   "radix")
+    if abs(d1 / u1 - r1) > 1e-9 and "leaf" in fab.oversubscription:
+        findings.append(Finding(("fabric", "oversubscription", "leaf"),
+                                f"{d1} downlinks cannot split exactly {fab.oversubscription['leaf']}; "
+                                f"the plan uses {u1} uplinks ({d1 / u1:.2f}:1)",
+                                "adjust the unit size to a multiple of the ratio", "ratio-rounded",
+                                level="warning"))
+
+    units: list[Unit] = []
+    leaf_index = 0
+    for g in groups:
+        for first in range(0, g.count, unit_nodes):
+            n = len(units) + 1
+            name = f"su{n:04d}" if fab.design == "rail-optimized" else f"leaf{n:05d}"
+            units.append(Unit(len(units), name, g.name, first, min(unit_nodes, g.count - first),
+                              tuple(range(leaf_index, leaf_index + leaves_per_unit))))
+            leaf_index += leaves_per_unit
+    n_units = len(units)
+    groups_n = fab.rail_groups
+    leaves_per_unit_per_group = leaves_per_unit // groups_n
+    leaves_per_group = n_units * leaves_per_unit_per_group
+    k2 = radix("spine")
+
+    # ---- two tiers: every leaf of a rail group reaches every spine of that group
+    two_tier_spines = next((s for s in _divisors(u1) if leaves_per_group * (u1 // s) <= k2), None)
+    tiers = fab.tiers
+    if tiers == "auto":
+        tiers = 2 if two_tier_spines else 3
+    tier_plans = [TierPlan("leaf", fab.switches["leaf"], n_units * leaves_per_unit, k1, d1, u1, 0)]
+    pods, units_per_pod, spines_per_group, cores_per_plane = 1, n_units, 0, 0
+    if tiers == 2:
+        if two_tier_spines is None:
+            raise fail(("fabric", "tiers"),
+                       f"{leaves_per_group} leaves per spine group exceed the {k2}-port spine "
+                       f"('{fab.switches['spine']}'): radix exceeded for 2 tiers",
+                       "set tiers: 3 (or auto), use a larger spine, or fewer nodes", "radix")
+        if "core" in fab.switches:
+            findings.append(Finding(("fabric", "switches", "core"), "a 2-tier plan has no core tier",
+                                    "remove switches.core or set tiers: 3", "unused-tier", level="warning"))
+        if "spine" in fab.oversubscription and fab.ratio("spine") != 1:
+            raise fail(("fabric", "oversubscription", "spine"),
+                       "the spine is the top tier in a 2-tier plan and has no uplinks to oversubscribe",
+                       "remove it, or set tiers: 3 for an oversubscribed aggregation layer", "ratio-tier")
+        spines_per_group = two_tier_spines
+        m = u1 // spines_per_group
+        tier_plans.append(TierPlan("spine", fab.switches["spine"], groups_n * spines_per_group, k2,
+                                   leaves_per_group * m, 0, m))
+    else:
+        if "core" not in tier_models:
+            raise fail(("fabric", "switches"), "3 tiers need a core switch model",
+                       "add switches.core (a core switch with ports at the link speed)", "fabric-switch")
+        k3 = radix("core")
+        if k3 == 0:
+            raise fail(("fabric", "switches", "core"), f"'{fab.switches['core']}' has no {speed} Gb/s ports",
+                       "pick a core switch with ports at the link speed", "switch-speed")
+        r2 = fab.ratio("spine")
+        if fab.nodes_per_pod:
+            if fab.nodes_per_pod % unit_nodes:
+                raise fail(("fabric", "nodes_per_pod"),
+                           f"{fab.nodes_per_pod} nodes per pod is not a whole number of {unit_nodes}-node units",
+                           f"use a multiple of {unit_nodes}", "pod-size")
+            units_per_pod = fab.nodes_per_pod // unit_nodes
+        else:
+            most = _max_down(k2, r2) // leaves_per_unit_per_group
+            if most < 1:
+                raise fail(("fabric", "switches", "spine"), "a spine cannot take one unit's leaves",
+                           "use a larger spine switch", "radix")
+            pods_needed = math.ceil(n_units / most)
+            units_per_pod = math.ceil(n_units / pods_needed)
+        pods = math.ceil(n_units / units_per_pod)
+        leaves_per_pod_group = units_per_pod * leaves_per_unit_per_group
+        choice = None
+        for s2 in _divisors(u1):
+            d2 = leaves_per_pod_group * (u1 // s2)
+            u2 = _up(d2, r2)
+            if d2 + u2 <= k2:
+                choice = (s2, d2, u2)
+                break
+        if choice is None:
+            raise fail(("fabric", "nodes_per_pod" if fab.nodes_per_pod else "switches"),
+                       f"a pod of {units_per_pod} units needs {leaves_per_pod_group} leaf links per spine, "
+                       f"more than the {k2}-port spine takes at {fab.oversubscription.get('spine', '1:1')}",
+                       "use smaller pods or a larger spine", "radix")
+        spines_per_group, d2, u2 = choice
+        if "spine" in fab.oversubscription and abs(d2 / u2 - r2) > 1e-9:
+            findings.append(Finding(("fabric", "oversubscription", "spine"),
+                                    f"{d2} spine downlinks cannot split exactly {fab.oversubscription['spine']}; "
+                                    f"the plan uses {u2} uplinks ({d2 / u2:.2f}:1)",
+                                    "adjust nodes_per_pod", "ratio-rounded", level="warning"))
+        cores_per_plane = next((c for c in _divisors(u2) if pods * (u2 // c) <= k3), 0)
+        if not cores_per_plane:
+            raise fail(("fabric", "switches", "core"),
+                       f"{pods} pods exceed the {k3}-port core ('{fab.switches['core']}'): radix exceeded "
+                       "for 3 tiers", "use larger pods, a larger core switch, or fewer nodes", "radix")
+        planes = groups_n * spines_per_group
+        tier_plans.append(TierPlan("spine", fab.switches["spine"], pods * planes, k2, d2, u2, u1 // spines_per_group))
+        tier_plans.append(TierPlan("core", fab.switches["core"], planes * cores_per_plane, k3,
+                                   pods * (u2 // cores_per_plane), 0, u2 // cores_per_plane))
+        units = [Unit(u.index, u.name, u.group, u.first, u.count, u.leaves, u.index // units_per_pod)
+                 for u in units]
+
+    racks: dict[str, list[tuple[int, int]]] = {}
+    rack = 1
+    for g in spec.node_groups:
+        racks[g.name] = []
+        for first in range(0, g.count, g.nodes_per_rack):
+            racks[g.name].append((rack, first))
+            rack += 1
+    return Plan(spec, fab.design, int(tiers), speed, rails, groups_n, unit_nodes, units, tier_plans, pods, units_per_pod,
+                spines_per_group, cores_per_plane, racks, warnings=findings)

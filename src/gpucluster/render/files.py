@@ -1,0 +1,133 @@
+"""Render every output of a plan, and write them atomically."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from gpucluster.errors import UsageError
+from gpucluster.fabric import Plan
+from gpucluster.fabric.cabling import CABLING_HEADER, bom_rows, cabling_rows
+from gpucluster.fabric.summary import plan_summary
+from gpucluster.render.nccl import gpu_environment, nccl_settings
+from gpucluster.render.slurm import slurm_context
+from gpucluster.render.templating import environment
+from gpucluster.spec.model import ClusterSpec, NodeGroup
+
+# A value is text, or a function yielding text chunks (for outputs too big to hold twice in memory).
+Output = str | Callable[[], Iterable[str]]
+
+
+def render_slurm(spec: ClusterSpec, plan: Plan) -> dict[str, str]:
+    env = environment()
+    ctx = slurm_context(spec, plan)
+    out = {
+        "slurm.conf": env.get_template("slurm/slurm.conf.j2").render(ctx),
+        "gres.conf": env.get_template("slurm/gres.conf.j2").render(ctx),
+        "cgroup.conf": env.get_template("slurm/cgroup.conf.j2").render(ctx),
+    }
+    if spec.slurm.topology != "none":
+        out["topology.conf"] = env.get_template("slurm/topology.conf.j2").render(ctx)
+    return out
+
+
+def _nccl_for(spec: ClusterSpec, plan: Plan, group: NodeGroup) -> tuple[str, str]:
+    env = environment()
+    ctx = {"spec": spec, "group": group, "settings": nccl_settings(spec, plan, group),
+           "environment": gpu_environment(spec, group),
+           "vendor": spec.parts.gpus[group.gpu].vendor}
+    return (env.get_template("nccl/nccl.conf.j2").render(ctx), env.get_template("nccl/nccl-env.sh.j2").render(ctx))
+
+
+def nccl_file_for(spec: ClusterSpec, plan: Plan, group: NodeGroup) -> tuple[str, str]:
+    """(nccl.conf name, env script name) a node of this group takes from the render output."""
+    rendered = {g.name: _nccl_for(spec, plan, g) for g in spec.gpu_groups if g.role == "compute"}
+    if len(set(rendered.values())) <= 1:
+        return "nccl.conf", "nccl-env.sh"
+    return f"nccl.{group.name}.conf", f"nccl-env.{group.name}.sh"
+
+
+def render_nccl(spec: ClusterSpec, plan: Plan) -> dict[str, str]:
+    rendered = {g.name: _nccl_for(spec, plan, g) for g in spec.gpu_groups if g.role == "compute"}
+    if not rendered:
+        return {}
+    if len(set(rendered.values())) == 1:
+        conf, env = next(iter(rendered.values()))
+        return {"nccl.conf": conf, "nccl-env.sh": env}
+    out = {}
+    for name, (conf, env) in rendered.items():
+        out[f"nccl.{name}.conf"] = conf
+        out[f"nccl-env.{name}.sh"] = env
+    return out
+
+
+def _csv(rows: list[list]) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(rows)
+    return buf.getvalue()
+
+
+def render_all(spec: ClusterSpec, plan: Plan, *, cabling: bool = True) -> dict[str, Output]:
+    """Every file `gpucluster render` writes, by name. Config files come from templates/ only."""
+    out: dict[str, Output] = {}
+    out.update(render_slurm(spec, plan))
+    out.update(render_nccl(spec, plan))
+    out["bom.csv"] = _csv(bom_rows(plan))
+    out["plan.json"] = json.dumps(plan_summary(plan), indent=2) + "\n"
+    if cabling:
+        out["cabling.csv"] = lambda: _chain(CABLING_HEADER, cabling_rows(plan))
+    return out
+
+
+def _chain(first: str, rest: Iterable[str]) -> Iterable[str]:
+    yield first
+    yield from rest
+
+
+def write_outputs(files: dict[str, Output], outdir: Path) -> dict[str, int]:
+    """Write all files or none: everything goes to a temporary folder beside outdir, then each file is
+    renamed into place. Returns sizes in bytes."""
+    outdir = Path(outdir)
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".gpucluster-", dir=outdir))
+    except OSError as exc:
+        raise UsageError(f"{outdir}: cannot create the output folder ({exc.strerror or exc}); "
+                         "choose a writable path with -o") from None
+    sizes: dict[str, int] = {}
+    try:
+        for name, value in files.items():
+            target = tmp / name
+            with open(target, "w", encoding="utf-8", newline="") as fh:
+                if isinstance(value, str):
+                    fh.write(value)
+                else:
+                    for chunk in _batched(value()):
+                        fh.write(chunk)
+                fh.flush()
+                os.fsync(fh.fileno())
+            sizes[name] = target.stat().st_size
+        for name in files:
+            os.replace(tmp / name, outdir / name)
+    except OSError as exc:
+        raise UsageError(f"{outdir}: writing failed ({exc.strerror or exc}); nothing was changed") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return sizes
+
+
+def _batched(chunks: Iterable[str], size: int = 4096) -> Iterable[str]:
+    batch: list[str] = []
+    for chunk in chunks:
+        batch.append(chunk)
+        if len(batch) >= size:
+            yield "".join(batch)
+            batch.clear()
+    if batch:
+        yield "".join(batch)

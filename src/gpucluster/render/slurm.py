@@ -1,0 +1,108 @@
+"""Values the Slurm templates need that are computed, not copied, from the spec and the plan."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpucluster.fabric import Plan
+from gpucluster.spec.model import ClusterSpec, NodeGroup
+
+STATE_DIR = "/var/lib/slurm/slurmctld"
+SPOOL_DIR = "/var/lib/slurm/slurmd"
+LOG_DIR = "/var/log/slurm"
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Large-cluster settings (Slurm's big_sys guide), scaled to the node count."""
+
+    tree_width: int
+    slurmd_timeout: int
+    slurmctld_timeout: int
+    message_timeout: int
+    tcp_timeout: int
+    max_job_count: int
+    default_queue_depth: int
+    bf_max_job_test: int
+    max_rpc_cnt: int
+
+
+def scale_for(nodes: int) -> Scale:
+    big = nodes >= 1024
+    return Scale(
+        tree_width=max(2, math.ceil(nodes ** (1 / 3) - 1e-9)),
+        slurmd_timeout=300 if big else 120,
+        slurmctld_timeout=120,
+        message_timeout=60 if big else 30 if nodes >= 128 else 10,
+        tcp_timeout=10 if big else 5 if nodes >= 128 else 2,
+        max_job_count=max(10000, nodes * 20),
+        default_queue_depth=1000 if big else 100,
+        bf_max_job_test=2000 if big else 500,
+        max_rpc_cnt=150 if big else 0,
+    )
+
+
+def gres_type(spec: ClusterSpec, group: NodeGroup) -> str:
+    return spec.parts.gpus[group.gpu].slurm_type
+
+
+def gres_detect(spec: ClusterSpec, group: NodeGroup) -> str:
+    if group.gres_detect != "auto":
+        return group.gres_detect
+    return "nvml" if spec.parts.gpus[group.gpu].vendor == "nvidia" else "rsmi"
+
+
+def gpu_files(spec: ClusterSpec, group: NodeGroup) -> str:
+    n = group.gpus_per_node
+    if spec.parts.gpus[group.gpu].vendor == "amd":
+        return f"/dev/dri/renderD[128-{127 + n}]" if n > 1 else "/dev/dri/renderD128"
+    return f"/dev/nvidia[0-{n - 1}]" if n > 1 else "/dev/nvidia0"
+
+
+def slurm_context(spec: ClusterSpec, plan: Plan) -> dict:
+    compute = spec.groups_with_role("compute")
+    controllers = [h for g in spec.groups_with_role("controller") for h in g.hosts]
+    nodes = sum(g.count for g in compute)
+    staging = spec.slurm.profile == "staging"
+    node_lines = []
+    for g in compute:
+        gres = f"gpu:{gres_type(spec, g)}:{g.gpus_per_node}" if g.gpu else ""
+        node_lines.append({
+            "hosts": g.hostlist, "group": g, "gres": gres,
+            "real_memory": g.memory_gb * 1024,
+            "features": ",".join([g.name, *([gres_type(spec, g)] if g.gpu else []), *g.features]),
+        })
+    partitions = [
+        {"p": p, "nodes": ",".join(spec.group(name).hostlist for name in p.groups)}
+        for p in spec.slurm.partitions
+    ]
+    return {
+        "spec": spec,
+        "plan": plan,
+        "controllers": controllers,
+        "scale": scale_for(nodes),
+        "node_lines": node_lines,
+        "partitions": partitions,
+        "staging": staging,
+        "gpus": bool(spec.gpu_groups),
+        "topology_plugin": {"tree": "topology/tree", "block": "topology/block", "none": ""}[spec.slurm.topology],
+        "state_dir": STATE_DIR,
+        "spool_dir": SPOOL_DIR,
+        "log_dir": LOG_DIR,
+        "version": spec.slurm.version_tuple,
+        "gres_groups": [
+            {"group": g, "type": gres_type(spec, g), "detect": gres_detect(spec, g), "files": gpu_files(spec, g)}
+            for g in compute if g.gpu
+        ],
+        "blocks": _blocks(plan) if spec.slurm.topology == "block" else None,
+    }
+
+
+def _blocks(plan: Plan) -> dict:
+    """topology/block: a block per unit; aggregate sizes up to a pod (BlockSizes needs 24.05+)."""
+    base = min(u.count for u in plan.units)
+    sizes = [base]
+    while sizes[-1] * 2 <= base * plan.units_per_pod and len(sizes) < 8:
+        sizes.append(sizes[-1] * 2)
+    return {"units": plan.units, "sizes": ",".join(map(str, sizes))}
