@@ -53,7 +53,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     from gpucluster.fabric.summary import plan_summary
 
-    loaded, plan = _load(args.spec)
+    _loaded, plan = _load(args.spec)
     summary = plan_summary(plan)
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -62,10 +62,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     console.print(f"[bold]{plan.spec.name}[/]: {summary['nodes']} nodes, {summary['gpus']:,} GPUs "
                   f"({', '.join(f'{n:,} {k}' for k, n in summary['gpus_by_type'].items())})")
     fab = summary["fabric"]
-    console.print(f"fabric: {fab['type']} {fab['design']}, {plan.tiers} tiers, {fab['endpoints']:,} endpoints "
-                  f"at {fab['link_gbps']} Gb/s, {fab['rails']} rails; {summary['units']['count']} "
-                  f"{summary["units"]["kind"].replace("leaf", "leave")}s of {summary['units']['nodes_per_unit']} nodes"
-                  + (f", {summary['pods']} pods" if summary["pods"] else ""))
+    units = summary["units"]
+    kind = "scalable units" if units["kind"] == "scalable unit" else "leaves"
+    pods = f", {summary['pods']} pods" if summary["pods"] else ""
+    console.print(f"fabric: {fab['type']} {fab['design']}, {plan.tiers} tiers, {fab['endpoints']:,} endpoints at "
+                  f"{fab['link_gbps']} Gb/s, {fab['rails']} rails; {units['count']} {kind} of "
+                  f"{units['nodes_per_unit']} nodes{pods}")
     table = Table("tier", "model", "switches", "down/up per switch", "radix", "oversubscription")
     for t in plan.tier_plans:
         table.add_row(t.tier, t.model, f"{t.count:,}", f"{t.down}/{t.up}", str(t.radix), t.ratio)

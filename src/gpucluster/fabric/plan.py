@@ -372,5 +372,5 @@ def plan_cluster(spec: ClusterSpec) -> Plan:
         for first in range(0, g.count, g.nodes_per_rack):
             racks[g.name].append((rack, first))
             rack += 1
-    return Plan(spec, fab.design, int(tiers), speed, rails, groups_n, unit_nodes, units, tier_plans, pods, units_per_pod,
-                spines_per_group, cores_per_plane, racks, warnings=findings)
+    return Plan(spec, fab.design, int(tiers), speed, rails, groups_n, unit_nodes, units, tier_plans, pods,
+                units_per_pod, spines_per_group, cores_per_plane, racks, warnings=findings)

@@ -1,0 +1,400 @@
+"""Run a rendered Slurm config for real on this machine: the config's actual consumer.
+
+``SlurmCluster`` copies a rendered config directory into a private temp dir, adapts only what one
+machine running as root needs (see :mod:`gpucluster.emulate.slurmconf`), starts a private munged
+with a freshly generated key and slurmctld in the foreground, and optionally one ``slurmd -N NAME``
+per emulated node. Every process is tracked by PID and stopped on exit, on error, and at interpreter
+exit (:mod:`gpucluster.emulate.procs`).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path, PurePosixPath
+from types import TracebackType
+
+import hostlist
+
+from gpucluster.emulate.procs import (
+    ORDER_MUNGED,
+    ORDER_SLURMCTLD,
+    ORDER_SLURMD,
+    ProcessTracker,
+    Tracked,
+    proc_status_kib,
+    reset_peak_rss,
+)
+from gpucluster.emulate.slurmconf import Adaptation, Layout, adapt_gres_conf, adapt_slurm_conf
+from gpucluster.emulate.topology import Topology, parse_show_topology
+
+KEEP_ENV = "GPUCLUSTER_EMULATE_KEEP"
+_PORT_LO, _PORT_HI = 20000, 32000  # below Linux's ephemeral range (32768-60999)
+
+
+class SlurmStartError(RuntimeError):
+    """slurmctld, slurmd or munged did not come up; the message carries the daemon's log tail."""
+
+
+class SlurmCommandError(RuntimeError):
+    """A Slurm client command failed."""
+
+
+def free_port_block(count: int, *, rng: random.Random | None = None, tries: int = 200) -> int:
+    """First port of ``count`` consecutive TCP ports that are free right now on every address."""
+    rng = rng or random.Random()
+    for _ in range(tries):
+        base = rng.randrange(_PORT_LO, _PORT_HI - count)
+        if all(_port_free(p) for p in range(base, base + count)):
+            return base
+    raise SlurmStartError(f"no block of {count} free ports in {_PORT_LO}-{_PORT_HI}")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    try:
+        data = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return f"({path} not written)"
+    return "\n".join(data[-lines:]) or f"({path} empty)"
+
+
+def parse_kv_line(line: str) -> dict[str, str]:
+    """One ``scontrol show ... -o`` record; values may hold spaces (OS=Linux 6.1 #1 SMP ...)."""
+    out: dict[str, str] = {}
+    for tok in re.split(r"\s+(?=[A-Za-z][\w/:.]*=)", line.strip()):
+        if "=" in tok:
+            k, v = tok.split("=", 1)
+            out[k] = v.strip()
+    return out
+
+
+def parse_show_nodes(text: str) -> dict[str, dict]:
+    """``scontrol show node -o`` -> name -> raw fields plus typed state/gres/cpus/memory."""
+    nodes: dict[str, dict] = {}
+    for line in text.splitlines():
+        if not line.startswith("NodeName="):
+            continue
+        raw = parse_kv_line(line)
+        name = raw["NodeName"]
+        state = raw.get("State", "")
+        gres = raw.get("Gres", "(null)")
+        nodes[name] = {
+            **raw,
+            "state": state,
+            "states": set(state.split("+")) if state else set(),
+            "gres": "" if gres == "(null)" else gres,
+            "cpus": int(raw.get("CPUTot", 0) or 0),
+            "memory": int(raw.get("RealMemory", 0) or 0),
+            "partitions": set(filter(None, raw.get("Partitions", "").split(","))),
+            "registered": raw.get("SlurmdStartTime", "None") != "None"
+            and "NOT_RESPONDING" not in state,
+        }
+    return nodes
+
+
+class SlurmCluster:
+    """A private slurmctld (plus optional emulated slurmd) running a rendered config.
+
+    ``slurmd_nodes``: nodes to run a ``slurmd -N`` for (None: controller only). ``absent_state``:
+    State= given to config nodes that get no slurmd (``FUTURE``/``CLOUD``; None keeps them as
+    rendered). ``overrides``: deliberate slurm.conf settings for an experiment (recorded apart
+    from the adaptations).
+    """
+
+    def __init__(
+        self,
+        conf_dir: Path,
+        *,
+        slurmd_nodes: Sequence[str] | None = None,
+        workdir: Path | None = None,
+        absent_state: str | None = None,
+        overrides: Mapping[str, str | None] | None = None,
+        start_timeout: float = 60.0,
+        slurmd_batch: int = 16,
+        keep: bool | None = None,
+    ) -> None:
+        self.conf_dir = Path(conf_dir)
+        self.slurmd_nodes = list(slurmd_nodes or [])
+        self._own_workdir = workdir is None
+        self._workdir_arg = workdir
+        self.absent_state = absent_state
+        self.overrides = dict(overrides or {})
+        self.start_timeout = start_timeout
+        self.slurmd_batch = max(1, slurmd_batch)
+        self.keep = bool(os.environ.get(KEEP_ENV)) if keep is None else keep
+        self.tracker = ProcessTracker()
+        self.adaptations: list[Adaptation] = []
+        self.node_ports: dict[str, int] = {}
+        self.slurmd: dict[str, Tracked] = {}
+        self.ctld: Tracked | None = None
+        self.munged: Tracked | None = None
+        self.ready_s: float | None = None  # slurmctld spawn -> first UP ping
+        self.slurmd_ready_s: float | None = None  # first slurmd spawn -> all registered
+        self.stop_notes: list[str] = []
+        self.workdir = Path()
+
+    # ----------------------------------------------------------------------------------- paths
+    @property
+    def etc(self) -> Path:
+        return self.workdir / "etc"
+
+    @property
+    def conf_path(self) -> Path:
+        return self.etc / "slurm.conf"
+
+    @property
+    def ctld_log(self) -> Path:
+        return self.workdir / "log" / "slurmctld.log"
+
+    def slurmd_log(self, node: str) -> Path:
+        return self.workdir / "log" / f"slurmd-{node}.log"
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        env["SLURM_CONF"] = str(self.conf_path)
+        return self.tracker.env(env)
+
+    # --------------------------------------------------------------------------------- lifecycle
+    def __enter__(self) -> SlurmCluster:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        for tool in ("slurmctld", "scontrol", "munged"):
+            if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists():
+                raise SlurmStartError(f"{tool} not found: apt-get install slurmctld slurmd slurm-client munge")
+        self._prepare_workdir()
+        self._write_configs()
+        self._start_munged()
+        self._start_slurmctld()
+        if self.slurmd_nodes:
+            self._start_slurmd()
+
+    def stop(self) -> list[str]:
+        """Stop every process this cluster started; remove the private dir unless kept."""
+        self.stop_notes = self.tracker.stop()
+        if self._own_workdir and not self.keep and self.workdir != Path() and self.workdir.exists():
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        return self.stop_notes
+
+    def _prepare_workdir(self) -> None:
+        if self._workdir_arg is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="gpucluster-slurm-"))
+        else:
+            self.workdir = Path(self._workdir_arg)
+            self.workdir.mkdir(parents=True, exist_ok=True)
+        # munged insists that every directory above its socket is searchable by all
+        self.workdir.chmod(0o755)
+        for sub in ("etc", "state", "spool", "log", "run", "dev"):
+            (self.workdir / sub).mkdir(exist_ok=True)
+        (self.workdir / "munge").mkdir(mode=0o755, exist_ok=True)
+        (self.workdir / "munge" / "key").mkdir(mode=0o700, exist_ok=True)
+
+    def _write_configs(self) -> None:
+        src = self.conf_dir / "slurm.conf"
+        if not src.is_file():
+            raise SlurmStartError(f"{src}: no slurm.conf in the config dir")
+        for f in self.conf_dir.iterdir():
+            if f.is_file():
+                shutil.copy2(f, self.etc / f.name)
+        n = len(self.slurmd_nodes)
+        rng = random.Random()
+        base = free_port_block(2 + n, rng=rng)
+        layout = Layout(
+            workdir=PurePosixPath(self.workdir),
+            hostname=socket.gethostname().split(".")[0],
+            ctld_port=base,
+            slurmd_port=base + 1,
+            munge_socket=PurePosixPath(self.workdir / "munge" / "munge.socket"),
+            emulated=tuple(self.slurmd_nodes),
+            node_port_base=base + 2,
+            absent_state=self.absent_state,
+        )
+        text, notes, ports = adapt_slurm_conf(src.read_text(), layout, overrides=self.overrides)
+        self.conf_path.write_text(text)
+        self.node_ports = ports
+        gres = self.etc / "gres.conf"
+        if self.slurmd_nodes and gres.exists():
+            gtext, gnotes, stand_ins = adapt_gres_conf(gres.read_text(), PurePosixPath(self.workdir))
+            for p in stand_ins:
+                Path(p).parent.mkdir(parents=True, exist_ok=True)
+                Path(p).touch()
+            gres.write_text(gtext)
+            notes += gnotes
+        self.adaptations = notes
+        (self.workdir / "ADAPTATIONS.txt").write_text("".join(f"{a}\n" for a in notes))
+
+    def _start_munged(self) -> None:
+        mdir = self.workdir / "munge"
+        key = mdir / "key" / "munge.key"
+        # a fresh key per cluster, never printed or copied anywhere else
+        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(os.urandom(128))
+        sock = mdir / "munge.socket"
+        log = self.workdir / "log" / "munged.log"
+        argv = [
+            _bin("munged"),
+            "--foreground",
+            f"--socket={sock}",
+            f"--key-file={key}",
+            f"--pid-file={mdir / 'munged.pid'}",
+            f"--log-file={log}",
+            f"--seed-file={mdir / 'key' / 'munged.seed'}",
+            "--num-threads=16",
+        ]
+        self.munged = self.tracker.spawn("munged", argv, env=self.env, log=log, order=ORDER_MUNGED)
+        deadline = time.monotonic() + 15
+        while not sock.exists():
+            if self.munged.popen.poll() is not None or time.monotonic() > deadline:
+                raise SlurmStartError(f"munged did not start; last lines of {log}:\n{tail(log)}")
+            time.sleep(0.05)
+
+    def _start_slurmctld(self) -> None:
+        stderr_log = self.workdir / "log" / "slurmctld.stderr"
+        argv = [_bin("slurmctld"), "-D", "-f", str(self.conf_path)]
+        t0 = time.monotonic()
+        self.ctld = self.tracker.spawn("slurmctld", argv, env=self.env, log=stderr_log, order=ORDER_SLURMCTLD)
+        deadline = t0 + self.start_timeout
+        while True:
+            rc = self.ctld.popen.poll()
+            if rc is not None:
+                raise SlurmStartError(
+                    f"slurmctld exited with status {rc} while loading {self.conf_path} "
+                    f"(rendered from {self.conf_dir}).\n{self._ctld_tails()}"
+                )
+            res = self.run(["scontrol", "ping"], timeout=30)
+            if " is UP" in res.stdout:
+                self.ready_s = time.monotonic() - t0
+                return
+            if time.monotonic() > deadline:
+                raise SlurmStartError(
+                    f"slurmctld did not answer ping within {self.start_timeout:.0f}s "
+                    f"({res.stdout.strip()} {res.stderr.strip()}).\n{self._ctld_tails()}"
+                )
+            time.sleep(0.2)
+
+    def _ctld_tails(self) -> str:
+        return (
+            f"--- last lines of {self.ctld_log}:\n{tail(self.ctld_log)}\n"
+            f"--- slurmctld stderr:\n{tail(self.workdir / 'log' / 'slurmctld.stderr', 15)}"
+        )
+
+    def _start_slurmd(self) -> None:
+        """One ``slurmd -D -N`` per node, in batches: each slurmd spends CPU on hwloc at start, and
+        this machine has two cores; a batch must register before the next one starts."""
+        err_log = self.workdir / "log" / "slurmd.stderr"
+        t0 = time.monotonic()
+        deadline = t0 + self.start_timeout + 1.0 * len(self.slurmd_nodes)
+        nodes = self.slurmd_nodes
+        for i in range(0, len(nodes), self.slurmd_batch):
+            batch = nodes[i : i + self.slurmd_batch]
+            for node in batch:
+                argv = [_bin("slurmd"), "-D", "-N", node, "-f", str(self.conf_path)]
+                self.slurmd[node] = self.tracker.spawn(
+                    f"slurmd[{node}]", argv, env=self.env, log=err_log, order=ORDER_SLURMD
+                )
+            self.wait_registered(batch, deadline=deadline)
+        self.slurmd_ready_s = time.monotonic() - t0
+
+    def wait_registered(self, nodes: Iterable[str], *, deadline: float) -> None:
+        pending = set(nodes)
+        while pending:
+            dead = [n for n in pending if n in self.slurmd and self.slurmd[n].popen.poll() is not None]
+            if dead:
+                n = sorted(dead)[0]
+                raise SlurmStartError(
+                    f"slurmd -N {n} exited with status {self.slurmd[n].popen.returncode}; "
+                    f"last lines of {self.slurmd_log(n)}:\n{tail(self.slurmd_log(n))}\n"
+                    f"--- slurmd stderr:\n{tail(self.workdir / 'log' / 'slurmd.stderr', 15)}"
+                )
+            spec = hostlist.collect_hostlist(sorted(pending))
+            res = self.run(["scontrol", "show", "node", "-o", spec], timeout=60)
+            pending -= {n for n, rec in parse_show_nodes(res.stdout).items() if rec["registered"]}
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                n = sorted(pending)[0]
+                raise SlurmStartError(
+                    f"{len(pending)} emulated nodes did not register ({hostlist.collect_hostlist(sorted(pending))})"
+                    f"; last lines of {self.slurmd_log(n)}:\n{tail(self.slurmd_log(n))}\n{self._ctld_tails()}"
+                )
+            time.sleep(0.3)
+
+    # ----------------------------------------------------------------------------------- clients
+    def run(self, cmd: Sequence[str], *, timeout: float = 120, check: bool = False) -> subprocess.CompletedProcess[str]:
+        """Run a Slurm client (sinfo, squeue, sbatch, ...) against this cluster."""
+        res = subprocess.run(list(cmd), env=self.env, capture_output=True, text=True, timeout=timeout)
+        if check and res.returncode != 0:
+            raise SlurmCommandError(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr.strip()}")
+        return res
+
+    def scontrol(self, *args: str) -> str:
+        return self.run(["scontrol", *args], check=True).stdout
+
+    def topology(self) -> Topology:
+        """What slurmctld understood of topology.conf: name -> {level, nodes, switches, linkspeed}."""
+        return parse_show_topology(self.scontrol("show", "topology"))
+
+    def nodes(self, *, future: bool = False) -> dict[str, dict]:
+        """``scontrol show node -o`` parsed: name -> fields (state, gres, cpus, memory, ...)."""
+        args = ["show", "node", "-o"] + (["--future"] if future else [])
+        return parse_show_nodes(self.scontrol(*args))
+
+    # ----------------------------------------------------------------------------------- metrics
+    @property
+    def ctld_pid(self) -> int:
+        assert self.ctld is not None
+        return self.ctld.pid
+
+    def ctld_peak_rss_kib(self) -> int | None:
+        return proc_status_kib(self.ctld_pid, "VmHWM")
+
+    def ctld_rss_kib(self) -> int | None:
+        return proc_status_kib(self.ctld_pid, "VmRSS")
+
+    def reset_ctld_peak(self) -> bool:
+        return reset_peak_rss(self.ctld_pid)
+
+    def slurmd_rss_kib(self) -> list[int]:
+        return [v for t in self.slurmd.values() if (v := proc_status_kib(t.pid, "VmRSS")) is not None]
+
+    def log_tail(self, lines: int = 40) -> str:
+        return tail(self.ctld_log, lines)
+
+
+def _bin(name: str) -> str:
+    found = shutil.which(name)
+    if found:
+        return found
+    for d in ("/usr/sbin", "/usr/bin"):
+        if Path(d, name).exists():
+            return str(Path(d, name))
+    return name
+

@@ -1,0 +1,462 @@
+"""Staged clusters: one podman container per node, systemd as PID 1, sshd published on loopback.
+
+Everything a staged cluster creates (network, containers, key pair, known_hosts) is named after the
+cluster plus a short hash of its state directory and labelled with both, so two checkouts or CI
+runs on one machine never collide, and down() finds and removes exactly what up() made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ._proc import Log, StageError, run
+from .image import ensure_image
+
+LABEL_CLUSTER = "gpucluster.cluster"
+LABEL_STATE = "gpucluster.state"
+LABEL_NODE = "gpucluster.node"
+LABEL_SPEC = "gpucluster.spec"
+
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,39}$")
+_HOST_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_READY_TIMEOUT_S = 180
+_STATE_FILES = ("id_ed25519", "id_ed25519.pub", "known_hosts", "ssh_config", "ports.json")
+
+
+@dataclass(frozen=True)
+class StageNode:
+    """One staged node. gpu_devices are STAGING STAND-INS: /dev/null mapped to each path."""
+
+    name: str
+    groups: tuple[str, ...] = ()
+    gpu_devices: tuple[str, ...] = ()
+    fuse: bool = False
+    memory_mb: int | None = None
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    """Where a staged cluster keeps its state and how its containers run.
+
+    runtime: crun fails on the development machines (hybrid cgroups, rlimits), runc works.
+    ulimits: raising rlimits beyond these is refused there; pass others where the host allows them.
+    image: a prebuilt image ref; None builds or reuses the one for the current recipe.
+    """
+
+    cluster: str
+    state_dir: Path
+    runtime: str = "/usr/sbin/runc"
+    ulimits: tuple[str, ...] = ("nofile=1024:4096", "nproc=4096:4096")
+    image: str | None = None
+
+
+@dataclass
+class StagedCluster:
+    """How to reach a staged cluster: every node is ("127.0.0.1", port) with the cluster's key."""
+
+    nodes: dict[str, tuple[str, int]]
+    ssh_key: Path
+    known_hosts: Path
+    ssh_config: Path
+    network: str
+    containers: dict[str, str] = field(default_factory=dict)
+    ssh_user: str = "root"
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    name: str
+    container: str
+    container_id: str
+    state: str  # podman's container state: running, exited, created, ...
+    port: int | None
+    systemd: str | None  # `systemctl is-system-running` when the container runs
+
+
+# ---------------------------------------------------------------- naming
+
+
+def state_hash(cfg: StageConfig) -> str:
+    return hashlib.sha256(str(Path(cfg.state_dir).resolve()).encode()).hexdigest()[:8]
+
+
+def network_name(cfg: StageConfig) -> str:
+    return f"gpc-{cfg.cluster}-{state_hash(cfg)}"
+
+
+def container_name(cfg: StageConfig, node: str) -> str:
+    return f"{network_name(cfg)}-{node}"
+
+
+def _paths(cfg: StageConfig) -> dict[str, Path]:
+    d = Path(cfg.state_dir)
+    return {name: d / name for name in _STATE_FILES}
+
+
+def _validate(cfg: StageConfig, nodes: list[StageNode]) -> None:
+    problems = []
+    if not _NAME_RE.match(cfg.cluster):
+        problems.append(f"cluster name {cfg.cluster!r}: use 1-40 of [a-z0-9_.-], starting with a letter "
+                        "or digit (it names the podman network and containers)")
+    seen: set[str] = set()
+    for n in nodes:
+        if not _HOST_RE.match(n.name):
+            problems.append(f"node name {n.name!r}: not a valid lower-case host name")
+        if n.name in seen:
+            problems.append(f"node name {n.name!r}: given twice")
+        seen.add(n.name)
+        for dev in n.gpu_devices:
+            if not re.match(r"^/dev/[A-Za-z0-9_.-]+$", dev):
+                problems.append(f"node {n.name}: gpu device {dev!r} is not a /dev/NAME path")
+        if n.memory_mb is not None and n.memory_mb < 64:
+            problems.append(f"node {n.name}: memory_mb={n.memory_mb} is too small for systemd (>= 64)")
+    if cfg.runtime.startswith("/") and not Path(cfg.runtime).exists():
+        problems.append(f"runtime {cfg.runtime} does not exist: install it (scripts/stage-deps.sh) "
+                        "or choose another runtime")
+    if any(n.fuse for n in nodes) and not Path("/dev/fuse").exists():
+        problems.append("a node asks for FUSE but this host has no /dev/fuse")
+    if problems:
+        raise StageError("invalid staging request:\n  " + "\n  ".join(problems))
+
+
+# ---------------------------------------------------------------- podman queries
+
+
+def _podman(*args: str, what: str | None = None, check: bool = True, input: str | None = None,
+            timeout: float = 120) -> str:
+    cmd = ["podman", *args]
+    return run(cmd, what=what or f"podman {args[0]}", check=check, input=input, timeout=timeout).stdout
+
+
+def _containers(cfg: StageConfig) -> list[dict]:
+    out = _podman("ps", "-a", "--format", "json",
+                  "--filter", f"label={LABEL_STATE}={state_hash(cfg)}",
+                  "--filter", f"label={LABEL_CLUSTER}={cfg.cluster}")
+    return json.loads(out or "[]")
+
+
+def _ssh_port(container: dict) -> int | None:
+    for p in container.get("Ports") or []:
+        if p.get("container_port") == 22 and p.get("host_port"):
+            return int(p["host_port"])
+    return None
+
+
+def _exec(container: str, *cmd: str, input: str | None = None, check: bool = True,
+          timeout: float = 60) -> str:
+    args = ["exec", "-i"] if input is not None else ["exec"]
+    return _podman(*args, container, *cmd, input=input, check=check, timeout=timeout,
+                   what=f"podman exec in {container}")
+
+
+# ---------------------------------------------------------------- helpers
+
+
+@contextlib.contextmanager
+def _lock(cfg: StageConfig) -> Iterator[None]:
+    """Serialise up()/down() on one state directory (two terminals, or a CLI and a test)."""
+    d = Path(cfg.state_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    d.chmod(0o700)
+    with (d / ".lock").open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def _write_if_changed(path: Path, text: str, mode: int = 0o600) -> bool:
+    if path.exists() and path.read_text() == text:
+        return False
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.chmod(mode)
+    tmp.replace(path)
+    return True
+
+
+def _ensure_key(paths: dict[str, Path], cfg: StageConfig, log: Log) -> None:
+    key = paths["id_ed25519"]
+    if key.exists() and paths["id_ed25519.pub"].exists():
+        return
+    key.unlink(missing_ok=True)
+    paths["id_ed25519.pub"].unlink(missing_ok=True)
+    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"gpucluster-stage-{cfg.cluster}",
+         "-f", str(key)], what="ssh-keygen")
+    key.chmod(0o600)
+    paths["id_ed25519.pub"].chmod(0o600)
+    log(f"stage: generated SSH key pair {key}")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port(taken: set[int]) -> int:
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in taken:
+            return port
+    raise StageError("could not find a free TCP port on 127.0.0.1")
+
+
+def _spec_hash(cfg: StageConfig, node: StageNode, image: str) -> str:
+    """What a container was created from; a different value means up() must recreate it."""
+    spec = [image, cfg.runtime, *cfg.ulimits, *node.gpu_devices, str(node.fuse), str(node.memory_mb),
+            network_name(cfg)]
+    return hashlib.sha256("\0".join(spec).encode()).hexdigest()[:12]
+
+
+def _run_args(cfg: StageConfig, node: StageNode, image: str, port: int) -> list[str]:
+    args = [
+        "run", "-d",
+        "--name", container_name(cfg, node.name),
+        "--hostname", node.name,
+        "--label", f"{LABEL_CLUSTER}={cfg.cluster}",
+        "--label", f"{LABEL_STATE}={state_hash(cfg)}",
+        "--label", f"{LABEL_NODE}={node.name}",
+        "--label", f"{LABEL_SPEC}={_spec_hash(cfg, node, image)}",
+        "--label", f"gpucluster.groups={','.join(node.groups)}",
+        "--runtime", cfg.runtime,
+        # podman then mounts tmpfs on /run, /run/lock, /tmp, the cgroup tree writable for systemd,
+        # sets container=podman and stops with SIGRTMIN+3; nothing else is needed under runc here.
+        "--systemd=always",
+        "--network", network_name(cfg),
+        "--network-alias", node.name,
+        "-p", f"127.0.0.1:{port}:22",
+    ]
+    for limit in cfg.ulimits:
+        args += ["--ulimit", limit]
+    for dev in node.gpu_devices:
+        args += ["--device", f"/dev/null:{dev}"]  # STAGING STAND-IN: a char device, not a GPU
+    if node.fuse:
+        args += ["--device", "/dev/fuse", "--cap-add", "SYS_ADMIN"]
+    if node.memory_mb:
+        args += ["--memory", f"{node.memory_mb}m"]
+    return [*args, image, "/sbin/init"]
+
+
+def _create(cfg: StageConfig, node: StageNode, image: str, port: int, taken: set[int], log: Log) -> int:
+    """podman run; when the port was grabbed meanwhile, try another one."""
+    for _attempt in range(3):
+        if port in taken or not _port_free(port):
+            port = _free_port(taken)
+        try:
+            _podman(*_run_args(cfg, node, image, port), what=f"podman run for node {node.name}")
+            return port
+        except StageError as exc:
+            if "address already in use" not in str(exc):
+                raise
+            _podman("rm", "-f", container_name(cfg, node.name), check=False)
+            taken.add(port)
+    raise StageError(f"node {node.name}: no free port on 127.0.0.1 after 3 tries")
+
+
+def _diagnose(container: str) -> str:
+    out = _podman("logs", "--tail", "20", container, check=False)
+    failed = _exec(container, "systemctl", "--failed", "--no-legend", "--no-pager", check=False)
+    journal = _exec(container, "journalctl", "-u", "ssh.service", "-u", "gpucluster-ssh-hostkeys.service",
+                    "-n", "20", "--no-pager", check=False)
+    return f"podman logs:\n{out}\nfailed units:\n{failed}\nssh journal:\n{journal}"
+
+
+def _wait_ready(cfg: StageConfig, ports: dict[str, int], log: Log) -> dict[str, str]:
+    """Wait until sshd runs in every node and answers on its published port; return host keys."""
+    deadline = time.monotonic() + _READY_TIMEOUT_S
+    pending = dict(ports)
+    keys: dict[str, str] = {}
+    while pending:
+        for name, port in list(pending.items()):
+            c = container_name(cfg, name)
+            running = _podman("inspect", "--format", "{{.State.Running}}", c, check=False).strip()
+            if running != "true":
+                raise StageError(f"node {name}: container {c} is not running\n{_diagnose(c)}")
+            active = _exec(c, "systemctl", "is-active", "ssh.service", check=False).strip()
+            if active != "active":
+                continue
+            pub = _exec(c, "cat", "/etc/ssh/ssh_host_ed25519_key.pub", check=False).split()
+            if len(pub) < 2 or not _ssh_banner(port):
+                continue
+            keys[name] = f"{pub[0]} {pub[1]}"
+            del pending[name]
+        if not pending:
+            break
+        if time.monotonic() > deadline:
+            name = next(iter(pending))
+            raise StageError(f"node {name}: sshd not reachable on 127.0.0.1:{pending[name]} after "
+                             f"{_READY_TIMEOUT_S}s\n{_diagnose(container_name(cfg, name))}")
+        time.sleep(0.5)
+    return keys
+
+
+def _ssh_banner(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=3) as s:
+            s.settimeout(3)
+            return s.recv(64).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+def _authorize(container: str, pubkey: str) -> bool:
+    script = ('umask 077; mkdir -p /root/.ssh; k=$(cat); '
+              'if [ "$(cat /root/.ssh/authorized_keys 2>/dev/null)" = "$k" ]; then echo unchanged; '
+              'else printf "%s\\n" "$k" > /root/.ssh/authorized_keys; echo changed; fi')
+    return _exec(container, "sh", "-c", script, input=pubkey.strip()).strip() == "changed"
+
+
+def _ssh_config(cfg: StageConfig, ports: dict[str, int], paths: dict[str, Path]) -> str:
+    lines = [f"# staged cluster {cfg.cluster}: written by gpucluster stage up, removed by down", ""]
+    for name, port in sorted(ports.items()):
+        lines += [
+            f"Host {name}",
+            "  HostName 127.0.0.1",
+            f"  Port {port}",
+            "  User root",
+            f"  IdentityFile {paths['id_ed25519']}",
+            "  IdentitiesOnly yes",
+            f"  UserKnownHostsFile {paths['known_hosts']}",
+            "  StrictHostKeyChecking yes",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- public API
+
+
+def up(cfg: StageConfig, nodes: list[StageNode], log: Log = print) -> StagedCluster:
+    """Bring the staged cluster to exactly `nodes`; a repeated call with the same input changes nothing."""
+    _validate(cfg, nodes)
+    started = time.monotonic()
+    with _lock(cfg):
+        image = cfg.image or ensure_image(log)
+        paths = _paths(cfg)
+        _ensure_key(paths, cfg, log)
+        net = network_name(cfg)
+        if run(["podman", "network", "exists", net], check=False).returncode != 0:
+            _podman("network", "create", "--label", f"{LABEL_CLUSTER}={cfg.cluster}",
+                    "--label", f"{LABEL_STATE}={state_hash(cfg)}", net)
+            log(f"stage: created podman network {net}")
+
+        wanted = {n.name: n for n in nodes}
+        existing = {c["Labels"].get(LABEL_NODE, ""): c for c in _containers(cfg)}
+        for name, c in existing.items():
+            if name not in wanted:
+                log(f"stage: removing container {c['Names'][0]}: node {name!r} is no longer staged")
+                _podman("rm", "-f", "-t", "5", c["Id"])
+
+        stored: dict[str, int] = {}
+        if paths["ports.json"].exists():
+            stored = {k: int(v) for k, v in json.loads(paths["ports.json"].read_text()).items()}
+        ports: dict[str, int] = {}
+        to_create: list[StageNode] = []
+        for node in nodes:
+            c = existing.get(node.name)
+            if c is not None and c["Labels"].get(LABEL_SPEC) != _spec_hash(cfg, node, image):
+                log(f"stage: node {node.name}: configuration or image changed, recreating its container")
+                _podman("rm", "-f", "-t", "5", c["Id"])
+                stored.setdefault(node.name, _ssh_port(c) or 0)
+                c = None
+            if c is None:
+                to_create.append(node)
+                continue
+            port = _ssh_port(c)
+            if port is None:
+                raise StageError(f"node {node.name}: container {c['Names'][0]} publishes no SSH port; "
+                                 "run down() and up() again")
+            ports[node.name] = port
+            if c["State"] != "running":
+                _podman("start", c["Id"])
+                log(f"stage: node {node.name}: started existing container (ssh 127.0.0.1:{port})")
+            else:
+                log(f"stage: node {node.name}: unchanged (ssh 127.0.0.1:{port})")
+        taken = set(ports.values())
+        for node in to_create:
+            port = _create(cfg, node, image, stored.get(node.name) or _free_port(taken), taken, log)
+            taken.add(port)
+            ports[node.name] = port
+            extra = ""
+            if node.gpu_devices:
+                extra = (f"; {', '.join(node.gpu_devices)} are STAGING STAND-INS (/dev/null), "
+                         "not GPUs")
+            log(f"stage: node {node.name}: created container {container_name(cfg, node.name)} "
+                f"(ssh 127.0.0.1:{port}{extra})")
+
+        host_keys = _wait_ready(cfg, ports, log)
+        pubkey = paths["id_ed25519.pub"].read_text()
+        for name in ports:
+            if _authorize(container_name(cfg, name), pubkey):
+                log(f"stage: node {name}: installed the cluster's public key for root")
+        known = "".join(f"[127.0.0.1]:{ports[n]} {host_keys[n]}\n" for n in sorted(ports))
+        _write_if_changed(paths["known_hosts"], known)
+        _write_if_changed(paths["ports.json"], json.dumps(dict(sorted(ports.items())), indent=2) + "\n")
+        _write_if_changed(paths["ssh_config"], _ssh_config(cfg, ports, paths))
+        log(f"stage: cluster {cfg.cluster}: {len(ports)} node(s) up in {time.monotonic() - started:.1f}s "
+            f"(network {net}, ssh config {paths['ssh_config']})")
+        return StagedCluster(
+            nodes={n: ("127.0.0.1", p) for n, p in sorted(ports.items())},
+            ssh_key=paths["id_ed25519"],
+            known_hosts=paths["known_hosts"],
+            ssh_config=paths["ssh_config"],
+            network=net,
+            containers={n: container_name(cfg, n) for n in sorted(ports)},
+        )
+
+
+def down(cfg: StageConfig, log: Log = print) -> None:
+    """Remove the cluster's containers, network and state files; safe to call when nothing is up."""
+    d = Path(cfg.state_dir)
+    with _lock(cfg):
+        containers = _containers(cfg)
+        if containers:
+            _podman("rm", "-f", "-t", "5", *[c["Id"] for c in containers], timeout=180)
+            log(f"stage: removed {len(containers)} container(s) of cluster {cfg.cluster}")
+        nets = _podman("network", "ls", "--format", "{{.Name}}",
+                       "--filter", f"label={LABEL_STATE}={state_hash(cfg)}").split()
+        if network_name(cfg) not in nets and run(
+            ["podman", "network", "exists", network_name(cfg)], check=False
+        ).returncode == 0:
+            nets.append(network_name(cfg))
+        for net in nets:
+            _podman("network", "rm", "-f", net)
+            log(f"stage: removed podman network {net}")
+        for path in _paths(cfg).values():
+            for p in (path, path.with_name(path.name + ".tmp")):
+                p.unlink(missing_ok=True)
+        (d / ".lock").unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        d.rmdir()
+    if d.exists():
+        log(f"stage: kept {d}: it holds files gpucluster stage did not create: "
+            f"{', '.join(sorted(os.listdir(d)))}")
+
+
+def status(cfg: StageConfig) -> list[NodeStatus]:
+    """What podman knows about the cluster's containers, and systemd's state inside running ones."""
+    result = []
+    for c in sorted(_containers(cfg), key=lambda c: c["Labels"].get(LABEL_NODE, "")):
+        name = c["Names"][0]
+        systemd = None
+        if c["State"] == "running":
+            systemd = _exec(name, "systemctl", "is-system-running", check=False, timeout=20).strip()
+        result.append(NodeStatus(
+            name=c["Labels"].get(LABEL_NODE, ""), container=name, container_id=c["Id"],
+            state=c["State"], port=_ssh_port(c), systemd=systemd,
+        ))
+    return result
