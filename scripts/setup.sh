@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Everything gpucluster needs on a fresh Debian 12 machine, idempotently and without questions:
+#   - Debian packages: Slurm + munge (the real consumer of rendered configs, emulated clusters),
+#     podman/runc/debootstrap (staged nodes, via scripts/stage-deps.sh)
+#   - the project's virtual environment in .venv with every Python dependency
+# Run as root (or with password-less sudo). Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export DEBIAN_FRONTEND=noninteractive
+
+packages=(
+  slurmctld slurmd slurm-client   # Debian's Slurm 22.05: tests start it on rendered configs
+  munge                           # Slurm's authentication
+  python3-venv                    # only used where the system python lacks venv
+  openssh-client
+)
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo -n "$@"; fi
+}
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  as_root apt-get update -qq
+  as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Debian starts the daemons it installs; gpucluster runs its own instances on private ports.
+for svc in slurmctld slurmd munge; do
+  as_root systemctl disable --now "$svc" >/dev/null 2>&1 || true
+done
+
+bash scripts/stage-deps.sh
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.gpucluster-deps
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "setup: installing Python dependencies into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[ops,pulumi,dev]'
+  touch "$stamp"
+fi
+echo "setup: ready (.venv/bin/gpucluster)"
