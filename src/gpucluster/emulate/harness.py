@@ -9,6 +9,7 @@ exit (:mod:`gpucluster.emulate.procs`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -41,6 +42,23 @@ _PORT_LO, _PORT_HI = 20000, 32000  # below Linux's ephemeral range (32768-60999)
 
 class SlurmStartError(RuntimeError):
     """slurmctld, slurmd or munged did not come up; the message carries the daemon's log tail."""
+
+
+class SlurmConfigError(SlurmStartError):
+    """slurmctld came up but logged that it did not understand (part of) the config."""
+
+
+# slurmctld 22.05 only *warns* about these (the job then runs on a topology other than the rendered
+# one), so the harness treats them as fatal unless strict=False.
+CONFIG_ERROR_PATTERNS = (
+    "Invalid hostnames in switch configuration",  # unknown node in topology.conf
+    "switches lack access to",  # a node under no leaf
+    "Multiple leaf switches contain nodes",  # a node under two leaves
+    "lookup failure for node",
+    "fix your gres.conf",
+    "Parse error",
+    "Invalid GRES",
+)
 
 
 class SlurmCommandError(RuntimeError):
@@ -102,8 +120,7 @@ def parse_show_nodes(text: str) -> dict[str, dict]:
             "cpus": int(raw.get("CPUTot", 0) or 0),
             "memory": int(raw.get("RealMemory", 0) or 0),
             "partitions": set(filter(None, raw.get("Partitions", "").split(","))),
-            "registered": raw.get("SlurmdStartTime", "None") != "None"
-            and "NOT_RESPONDING" not in state,
+            "registered": raw.get("SlurmdStartTime", "None") != "None" and "NOT_RESPONDING" not in state,
         }
     return nodes
 
@@ -128,6 +145,7 @@ class SlurmCluster:
         start_timeout: float = 60.0,
         slurmd_batch: int = 16,
         keep: bool | None = None,
+        strict: bool = True,
     ) -> None:
         self.conf_dir = Path(conf_dir)
         self.slurmd_nodes = list(slurmd_nodes or [])
@@ -138,6 +156,7 @@ class SlurmCluster:
         self.start_timeout = start_timeout
         self.slurmd_batch = max(1, slurmd_batch)
         self.keep = bool(os.environ.get(KEEP_ENV)) if keep is None else keep
+        self.strict = strict
         self.tracker = ProcessTracker()
         self.adaptations: list[Adaptation] = []
         self.node_ports: dict[str, int] = {}
@@ -197,7 +216,13 @@ class SlurmCluster:
             self._start_slurmd()
 
     def stop(self) -> list[str]:
-        """Stop every process this cluster started; remove the private dir unless kept."""
+        """Stop every process this cluster started; remove the private dir unless kept.
+
+        Jobs are cancelled first so slurmstepd (which ignores SIGTERM by design) ends on its own;
+        what is left is stopped by PID (:meth:`ProcessTracker.stop`)."""
+        if self.slurmd and self.ctld is not None and self.ctld.popen.poll() is None:
+            with contextlib.suppress(Exception):
+                self.cancel_all(wait=15.0)
         self.stop_notes = self.tracker.stop()
         if self._own_workdir and not self.keep and self.workdir != Path() and self.workdir.exists():
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -243,8 +268,9 @@ class SlurmCluster:
         if self.slurmd_nodes and gres.exists():
             gtext, gnotes, stand_ins = adapt_gres_conf(gres.read_text(), PurePosixPath(self.workdir))
             for p in stand_ins:
+                # slurmd wants a character device; /dev/null is one and is harmless to open
                 Path(p).parent.mkdir(parents=True, exist_ok=True)
-                Path(p).touch()
+                Path(p).symlink_to("/dev/null")
             gres.write_text(gtext)
             notes += gnotes
         self.adaptations = notes
@@ -292,6 +318,7 @@ class SlurmCluster:
             res = self.run(["scontrol", "ping"], timeout=30)
             if " is UP" in res.stdout:
                 self.ready_s = time.monotonic() - t0
+                self._check_log(self.ctld_log, "slurmctld")
                 return
             if time.monotonic() > deadline:
                 raise SlurmStartError(
@@ -299,6 +326,24 @@ class SlurmCluster:
                     f"({res.stdout.strip()} {res.stderr.strip()}).\n{self._ctld_tails()}"
                 )
             time.sleep(0.2)
+
+    def config_errors(self, log: Path) -> list[str]:
+        try:
+            text = log.read_text(errors="replace")
+        except OSError:
+            return []
+        return [ln for ln in text.splitlines() if any(p in ln for p in CONFIG_ERROR_PATTERNS)]
+
+    def _check_log(self, log: Path, who: str) -> None:
+        if not self.strict:
+            return
+        errors = self.config_errors(log)
+        if errors:
+            shown = "\n".join(errors[:20])
+            raise SlurmConfigError(
+                f"{who} started but did not understand the config in {self.conf_dir} "
+                f"({len(errors)} config errors; strict=False to ignore):\n{shown}\n{self._ctld_tails()}"
+            )
 
     def _ctld_tails(self) -> str:
         return (
@@ -322,6 +367,7 @@ class SlurmCluster:
                 )
             self.wait_registered(batch, deadline=deadline)
         self.slurmd_ready_s = time.monotonic() - t0
+        self._check_log(self.slurmd_log(nodes[0]), f"slurmd -N {nodes[0]}")
 
     def wait_registered(self, nodes: Iterable[str], *, deadline: float) -> None:
         pending = set(nodes)
@@ -367,6 +413,22 @@ class SlurmCluster:
         args = ["show", "node", "-o"] + (["--future"] if future else [])
         return parse_show_nodes(self.scontrol(*args))
 
+    def job_ids(self, states: str = "all") -> list[str]:
+        res = self.run(["squeue", "-h", "-t", states, "-o", "%i"], check=True)
+        return res.stdout.split()
+
+    def cancel_all(self, *, wait: float = 30.0) -> bool:
+        """Cancel every job; True once none is pending, running or completing."""
+        ids = self.job_ids("PENDING,RUNNING,SUSPENDED,COMPLETING,CONFIGURING")
+        if ids:
+            self.run(["scancel", *ids])
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if not self.job_ids("PENDING,RUNNING,SUSPENDED,COMPLETING,CONFIGURING"):
+                return True
+            time.sleep(0.3)
+        return False
+
     # ----------------------------------------------------------------------------------- metrics
     @property
     def ctld_pid(self) -> int:
@@ -397,4 +459,3 @@ def _bin(name: str) -> str:
         if Path(d, name).exists():
             return str(Path(d, name))
     return name
-

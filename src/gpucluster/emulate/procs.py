@@ -104,7 +104,7 @@ class ProcessTracker:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=cwd,
-                preexec_fn=_child_setup,  # noqa: PLW1509 - setsid + prctl only
+                preexec_fn=_child_setup,
                 close_fds=True,
             )
         finally:
@@ -137,7 +137,7 @@ class ProcessTracker:
                 found.append(pid)
         return found
 
-    def stop(self, grace: float = 10.0) -> list[str]:
+    def stop(self, grace: float = 10.0, marked_grace: float = 2.0) -> list[str]:
         """Stop everything; returns a note per process that needed SIGKILL. Safe to call twice."""
         notes: list[str] = []
         if self.stopped:
@@ -151,7 +151,7 @@ class ProcessTracker:
             batch = [t for t in groups[order] if t.popen.poll() is None]
             if order >= ORDER_SLURMD:
                 # job steps and jobs that slurmd forked (marked, not ours), while slurmd still runs
-                notes += _terminate_pids([p for p in self.marked_pids() if p not in own], grace)
+                notes += _terminate_pids([p for p in self.marked_pids() if p not in own], marked_grace)
             for t in batch:
                 with contextlib.suppress(ProcessLookupError):
                     t.popen.send_signal(signal.SIGTERM)
@@ -165,7 +165,7 @@ class ProcessTracker:
                         t.popen.kill()
                     t.popen.wait()
         # whatever is still marked (a slurmstepd that outlived its slurmd, a job's sleep)
-        notes += _terminate_pids([p for p in self.marked_pids() if p not in own], grace)
+        notes += _terminate_pids([p for p in self.marked_pids() if p not in own], marked_grace)
         for t in self.procs:  # reap
             with contextlib.suppress(Exception):
                 t.popen.wait(timeout=1)
@@ -231,4 +231,4 @@ def _stop_all_live() -> None:
         trackers = list(_live)
     for tracker in trackers:
         with contextlib.suppress(Exception):
-            tracker.stop(grace=5.0)
+            tracker.stop(grace=5.0, marked_grace=1.0)

@@ -315,9 +315,7 @@ def adapt_slurm_conf(
                 ",".join([*sdp, "config_overrides"]),
                 "emulated nodes report this machine's CPUs/memory; use the configured ones instead",
             )
-        ports = _adapt_nodes(conf, layout, notes)
-    elif layout.absent_state:
-        _adapt_nodes(conf, layout, notes)
+    ports = _adapt_nodes(conf, layout, notes)
 
     for key, value in (overrides or {}).items():
         old = conf.set_param(key, value)
@@ -337,6 +335,7 @@ def _adapt_nodes(conf: SlurmConf, layout: Layout, notes: list[Adaptation]) -> di
     next_port = layout.node_port_base
     out: list[Line] = []
     n_absent = 0
+    n_local = 0
     for line in conf.lines:
         if line.kind != "nodename" or line.pairs[0][1].lower() == "default":
             out.append(line)
@@ -359,18 +358,17 @@ def _adapt_nodes(conf: SlurmConf, layout: Layout, notes: list[Adaptation]) -> di
             new.set("Port", str(first) if len(order) == 1 else f"[{first}-{next_port - 1}]")
             out.append(new)
         if away:
+            new = Line("", list(line.pairs))
+            new.pairs[0] = (line.pairs[0][0], hostlist.collect_hostlist(away))
+            new.set("NodeAddr", None)
+            new.set("BcastAddr", None)
+            new.set("NodeHostname", "localhost")
+            new.set("Port", None)
             if layout.absent_state:
-                new = Line("", list(line.pairs))
-                new.pairs[0] = (line.pairs[0][0], hostlist.collect_hostlist(away))
                 new.set("State", layout.absent_state)
-                out.append(new)
                 n_absent += len(away)
-            elif here:
-                new = Line("", list(line.pairs))
-                new.pairs[0] = (line.pairs[0][0], hostlist.collect_hostlist(away))
-                out.append(new)
-            else:
-                out.append(line)
+            out.append(new)
+            n_local += len(away)
     conf.lines = out
     if ports:
         notes.append(
@@ -378,9 +376,18 @@ def _adapt_nodes(conf: SlurmConf, layout: Layout, notes: list[Adaptation]) -> di
                 "slurm.conf",
                 "NodeName: NodeHostname/Port",
                 None,
-                f"NodeHostname=localhost Port=[{layout.node_port_base}-{next_port - 1}] "
-                f"for {len(ports)} nodes",
+                f"NodeHostname=localhost Port=[{layout.node_port_base}-{next_port - 1}] for {len(ports)} nodes",
                 "every emulated slurmd runs here (slurmd -N NAME), each on its own port",
+            )
+        )
+    if n_local:
+        notes.append(
+            Adaptation(
+                "slurm.conf",
+                "NodeName: NodeHostname",
+                None,
+                f"NodeHostname=localhost for {n_local} nodes without a slurmd",
+                "slurmctld resolves every node address at start (10 s per unknown name)",
             )
         )
     if n_absent:
@@ -413,9 +420,7 @@ def adapt_gres_conf(text: str, device_root: PurePosixPath) -> tuple[str, list[Ad
         auto = line.get("AutoDetect")
         if auto is not None and auto.lower() != "off":
             line.set("AutoDetect", None)
-            notes.append(
-                Adaptation("gres.conf", "AutoDetect", auto, None, "no GPUs to detect on an emulated node")
-            )
+            notes.append(Adaptation("gres.conf", "AutoDetect", auto, None, "no GPUs to detect on an emulated node"))
             if not line.pairs:
                 continue
         file_spec = line.get("File")

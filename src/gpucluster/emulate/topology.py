@@ -134,10 +134,7 @@ class Fabric:
 
     def capacity(self, usable: set[str] | None = None) -> dict[str, int]:
         """Usable nodes per leaf."""
-        return {
-            leaf: len(members if usable is None else members & usable)
-            for leaf, members in self.leaf_nodes.items()
-        }
+        return {leaf: len(members if usable is None else members & usable) for leaf, members in self.leaf_nodes.items()}
 
     def min_leaves(self, k: int, usable: set[str] | None = None) -> int:
         """Fewest leaves that can hold k nodes, using only ``usable`` nodes (largest leaves first)."""
