@@ -9,9 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
 from gpucluster import __version__
 from gpucluster.errors import Finding, SpecError, UsageError
 
@@ -58,6 +55,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
+    from rich.console import Console
+    from rich.table import Table
+
     console = Console()
     console.print(f"[bold]{plan.spec.name}[/]: {summary['nodes']} nodes, {summary['gpus']:,} GPUs "
                   f"({', '.join(f'{n:,} {k}' for k, n in summary['gpus_by_type'].items())})")

@@ -20,7 +20,7 @@ def endpoint_media(plan: Plan) -> str:
 
 
 def cabling_rows(plan: Plan) -> Iterator[str]:
-    """CSV lines (with newline) for every link: node NIC -> leaf, leaf -> spine, spine -> core."""
+    """CSV text for every link: node NIC -> leaf, leaf -> spine, spine -> core; one chunk per unit/spine."""
     spec = plan.spec
     rails, groups_n = plan.rails, plan.rail_groups
     per_group = max(1, rails // groups_n) if plan.design == "rail-optimized" else 1
@@ -29,16 +29,18 @@ def cabling_rows(plan: Plan) -> Iterator[str]:
     media = endpoint_media(plan)
     s_per = plan.spines_per_group
     m1 = leaf.up // s_per
+    rail_design = plan.design == "rail-optimized"
     for unit in plan.units:
         group = spec.group(unit.group)
         hcas = plan.hcas(group)
-        for p in range(unit.count):
-            host = group.host(unit.first + p)
-            for r in range(group.nics_per_node):
-                if plan.design == "rail-optimized":
-                    yield f"{host},{hcas[r]},{leaf_name(plan, unit, r)},{p + 1},node-leaf,{media}\n"
-                else:
-                    yield f"{host},{hcas[r]},{unit.name},{p * rails + r + 1},node-leaf,{media}\n"
+        hosts = group.hosts[unit.first:unit.first + unit.count]
+        if rail_design:
+            names = [leaf_name(plan, unit, r) for r in range(len(hcas))]
+            rows = [f"{host},{hca},{names[r]},{p + 1},node-leaf,{media}\n"
+                    for p, host in enumerate(hosts) for r, hca in enumerate(hcas)]
+        else:
+            rows = [f"{host},{hca},{unit.name},{p * rails + r + 1},node-leaf,{media}\n"
+                    for p, host in enumerate(hosts) for r, hca in enumerate(hcas)]
         for r in range(len(unit.leaves)):
             lname = leaf_name(plan, unit, r)
             g = r // per_group
@@ -48,10 +50,9 @@ def cabling_rows(plan: Plan) -> Iterator[str]:
             else:
                 pos = unit.index * per_group + r % per_group
                 base = g * s_per
-            for q in range(leaf.up):
-                s, j = q % s_per, q // s_per
-                yield (f"{lname},{leaf.down + q + 1},spine{base + s + 1:05d},{pos * m1 + j + 1},"
-                       "leaf-spine,fiber\n")
+            rows.extend(f"{lname},{leaf.down + q + 1},spine{base + q % s_per + 1:05d},{pos * m1 + q // s_per + 1},"
+                        "leaf-spine,fiber\n" for q in range(leaf.up))
+        yield "".join(rows)
     if plan.tiers == 3:
         c_per = plan.cores_per_plane
         m2 = spine.up // c_per
@@ -59,11 +60,9 @@ def cabling_rows(plan: Plan) -> Iterator[str]:
             for g in range(groups_n):
                 for s in range(s_per):
                     sname = f"spine{(pod * groups_n + g) * s_per + s + 1:05d}"
-                    plane = g * s_per + s
-                    for q in range(spine.up):
-                        c, j = q % c_per, q // c_per
-                        yield (f"{sname},{spine.down + q + 1},core{plane * c_per + c + 1:05d},"
-                               f"{pod * m2 + j + 1},spine-core,fiber\n")
+                    first_core = (g * s_per + s) * c_per + 1
+                    yield "".join(f"{sname},{spine.down + q + 1},core{first_core + q % c_per:05d},"
+                                  f"{pod * m2 + q // c_per + 1},spine-core,fiber\n" for q in range(spine.up))
 
 
 def bom_rows(plan: Plan) -> list[list]:

@@ -108,7 +108,7 @@ def write_outputs(files: dict[str, Output], outdir: Path) -> dict[str, int]:
                 if isinstance(value, str):
                     fh.write(value)
                 else:
-                    for chunk in _batched(value()):
+                    for chunk in value():
                         fh.write(chunk)
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -120,14 +120,3 @@ def write_outputs(files: dict[str, Output], outdir: Path) -> dict[str, int]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return sizes
-
-
-def _batched(chunks: Iterable[str], size: int = 4096) -> Iterable[str]:
-    batch: list[str] = []
-    for chunk in chunks:
-        batch.append(chunk)
-        if len(batch) >= size:
-            yield "".join(batch)
-            batch.clear()
-    if batch:
-        yield "".join(batch)

@@ -148,10 +148,12 @@ def _findings(exc: ValidationError, lines: dict[tuple, int], name: str) -> list[
             out.append(Finding(loc, "required key is missing", f"add '{loc[-1]}'", "required",
                                file=name, line=line))
         else:
-            msg = err["msg"]
+            msg, fix = err["msg"], _fix(kind, err)
             if kind.startswith("value_error"):
-                msg = msg.removeprefix("Value error, ")
-            out.append(Finding(loc, msg, _fix(kind, err), kind, file=name, line=line))
+                # the model's validators write "problem; fix"
+                msg, _, fix = msg.removeprefix("Value error, ").partition("; ")
+                fix = fix or "change the value"
+            out.append(Finding(loc, msg, fix, kind, file=name, line=line))
     return out
 
 

@@ -151,7 +151,7 @@ class Fabric(Strict):
     def _ratios(cls, value: dict[str, str]) -> dict[str, str]:
         for tier, ratio in value.items():
             if not re.match(RATIO, str(ratio)):
-                raise ValueError(f"{tier}: '{ratio}' is not a ratio like '1:1' or '7:1' (quote it in YAML)")
+                raise ValueError(f"{tier}: '{ratio}' is not a ratio; write it like '1:1' or '7:1' (quoted in YAML)")
             if parse_ratio(ratio) < 1:
                 raise ValueError(f"{tier}: '{ratio}' has more uplinks than downlinks; write it as N:1 with N >= 1")
         return value
