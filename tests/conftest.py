@@ -1,0 +1,120 @@
+"""Shared helpers for the spec, plan, render, CLI and fuzz tests.
+
+Expected values in these tests come from the spec and the plan (or from arithmetic written out in
+the test), never from copying a rendered file; the golden files are the one deliberate exception,
+and they are regenerated with GPUCLUSTER_UPDATE_GOLDEN=1.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+from functools import cache
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpucluster.errors import Finding, SpecError
+from gpucluster.fabric import Plan, plan_cluster
+from gpucluster.spec import load_spec
+from gpucluster.spec.loader import parse_yaml, validate_data
+from gpucluster.spec.model import ClusterSpec, LoadedSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES_DIR = ROOT / "examples"
+EXAMPLES = sorted(p.stem for p in EXAMPLES_DIR.glob("*.yaml"))
+GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
+BROKEN_DIR = Path(__file__).resolve().parent / "broken"
+
+
+def example_path(name: str) -> Path:
+    return EXAMPLES_DIR / f"{name}.yaml"
+
+
+def example_text(name: str) -> str:
+    return example_path(name).read_text()
+
+
+@cache
+def _loaded_example(name: str) -> tuple[LoadedSpec, Plan]:
+    loaded = load_spec(example_path(name))
+    return loaded, plan_cluster(loaded.spec)
+
+
+def loaded_example(name: str) -> tuple[LoadedSpec, Plan]:
+    """(loaded spec, plan) of an example, cached for the session: the big ones take a while."""
+    return _loaded_example(name)
+
+
+@cache
+def _example_data(name: str) -> dict:
+    data, _lines, findings = parse_yaml(example_text(name), name)
+    assert not findings, findings
+    return data
+
+
+def example_data(name: str) -> dict:
+    """The example as plain data (a fresh deep copy: tests mutate it)."""
+    return copy.deepcopy(_example_data(name))
+
+
+def dump_spec(data: dict) -> str:
+    """YAML text of spec data. PyYAML quotes '1:1' (it would otherwise read as base 60)."""
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=1000)
+
+
+def spec_from_data(data: dict, name: str = "<generated>") -> ClusterSpec:
+    """Syntax layer only, no YAML round trip: for generated specs in property tests."""
+    return validate_data(data, {}, Path(name)).spec
+
+
+def findings_of(path: Path) -> list[Finding]:
+    """Every finding load_spec raises for a file; [] when it loads."""
+    try:
+        load_spec(path)
+    except SpecError as exc:
+        return exc.findings
+    return []
+
+
+def mutate(text: str, old: str, new: str) -> tuple[str, int]:
+    """Replace the one occurrence of `old` in text; returns the text and the 1-based line `new`
+    starts on, i.e. where a finding about it must point."""
+    assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times"
+    at = text.index(old)
+    return text.replace(old, new), text.count("\n", 0, at) + 1
+
+
+def line_of(text: str, needle: str) -> int:
+    """1-based line of the only line that starts with needle."""
+    hits = [i for i, line in enumerate(text.splitlines(), 1) if line.startswith(needle)]
+    assert len(hits) == 1, f"{needle!r} is on lines {hits}"
+    return hits[0]
+
+
+@pytest.fixture
+def write_spec(tmp_path):
+    """write_spec(text, name='spec.yaml') -> Path of a spec file in the test's tmp dir."""
+
+    def write(text: str | bytes, name: str = "spec.yaml") -> Path:
+        p = tmp_path / name
+        if isinstance(text, bytes):
+            p.write_bytes(text)
+        else:
+            p.write_text(text)
+        return p
+
+    return write
+
+
+def slurmctld_available() -> bool:
+    return all(shutil.which(t) or Path("/usr/sbin", t).exists() for t in ("slurmctld", "munged", "scontrol"))
+
+
+def skip_or_fail(reason: str) -> None:
+    """A test that needs a tool: skip with the reason outside CI, fail inside it (CI runs everything)."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set, so this is not skipped)")
+    pytest.skip(reason)
