@@ -14,7 +14,7 @@ from gpucluster.errors import Finding, SpecError, UsageError
 
 # Subcommands that live with their concern; each module has register(subparsers).
 PLUGINS = ("gpucluster.stage.cli", "gpucluster.inventory.cli", "gpucluster.validate.cli",
-           "gpucluster.emulate.cli", "gpucluster.deploy.cli")
+           "gpucluster.emulate.cli", "gpucluster.deploy.cli", "gpucluster.demo")
 
 
 def _load(path: str):

@@ -1,0 +1,107 @@
+"""`gpucluster demo [SPEC]`: the whole chain on one machine, as a new user first runs it.
+
+stage up -> configure -> validate -> a Slurm job placed by topology, then a summary. Each step is
+the same command a user would type; the demo only sequences them and reads their results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import hostlist
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gpucluster.cli", *args]
+
+
+def _step(title: str, n: int, total: int) -> None:
+    print(f"\n[{n}/{total}] {title}", flush=True)
+
+
+def _run(cmd: list[str]) -> int:
+    return subprocess.run(cmd, stdin=subprocess.DEVNULL, check=False).returncode
+
+
+def _ssh(config: Path, host: str, command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["ssh", "-F", str(config), "-o", "BatchMode=yes", host, command],
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300, check=False)
+
+
+def run_job(staged, spec, plan) -> tuple[bool, str]:
+    """Submit a 2-node job asking for one leaf switch and report where Slurm put it."""
+    ctl = spec.groups_with_role("controller")[0].hosts[0]
+    cmd = ("sbatch --parsable --wait -N2 --switches=1 --gres=gpu:1 -o /tmp/demo-%j.out "
+           "--wrap 'srun hostname; echo SLURM_TOPOLOGY_ADDR=$SLURM_TOPOLOGY_ADDR'")
+    res = _ssh(staged.ssh_config, ctl, cmd)
+    if res.returncode != 0:
+        return False, f"sbatch failed on {ctl}: {(res.stderr or res.stdout).strip()[-400:]}"
+    job = res.stdout.strip().splitlines()[-1]
+    time.sleep(1)
+    acct = _ssh(staged.ssh_config, ctl, f"sacct -j {job} -X -n -P -o JobID,State,NodeList,ExitCode")
+    fields = acct.stdout.strip().split("|") if acct.stdout.strip() else []
+    if len(fields) < 4:
+        return False, f"job {job}: sacct has no record ({acct.stderr.strip()})"
+    state, nodelist = fields[1], fields[2]
+    hosts = hostlist.expand_hostlist(nodelist)
+    leaves = sorted({plan.unit_of_host[h].name for h in hosts if h in plan.unit_of_host})
+    ok = state == "COMPLETED" and len(leaves) == 1
+    return ok, f"job {job} {state} on {nodelist} under leaf {', '.join(leaves) or '?'} (asked --switches=1)"
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from gpucluster.cli import _load
+    from gpucluster.stage.cli import stage_up
+
+    spec_path = args.spec
+    loaded, plan = _load(spec_path)
+    spec = loaded.spec
+    results: list[tuple[str, bool, float, str]] = []
+    total = 4
+
+    def record(name: str, t0: float, ok: bool, detail: str) -> None:
+        results.append((name, ok, time.perf_counter() - t0, detail))
+        print(("  ok: " if ok else "  FAILED: ") + detail, flush=True)
+
+    _step(f"stage up {spec_path}: {plan.nodes} nodes as podman containers", 1, total)
+    t0 = time.perf_counter()
+    staged, inventory = stage_up(spec_path, log=lambda msg: print(f"  {msg}", flush=True))
+    record("stage up", t0, True, f"{len(staged.nodes)} nodes; inventory {inventory}")
+
+    inv_dir = str(inventory.parent)
+    _step(f"configure {inv_dir}: Ansible roles through ansible-runner", 2, total)
+    t0 = time.perf_counter()
+    rc = _run(_cli("configure", inv_dir))
+    record("configure", t0, rc == 0, "converged" if rc == 0 else f"configure exited {rc}")
+
+    if rc == 0:
+        _step(f"validate {inv_dir}: testinfra checks on every node", 3, total)
+        t0 = time.perf_counter()
+        rc = _run(_cli("validate", inv_dir, "-n", "4", "--html", str(Path(inv_dir) / "validate.html")))
+        record("validate", t0, rc == 0, f"report {Path(inv_dir) / 'validate.html'}" if rc == 0
+               else f"validate exited {rc} (report {Path(inv_dir) / 'validate.html'})")
+
+        _step("a Slurm job: 2 nodes under one leaf (--switches=1)", 4, total)
+        t0 = time.perf_counter()
+        ok, detail = run_job(staged, spec, plan)
+        record("slurm job", t0, ok, detail)
+
+    print("\nsummary")
+    width = max(len(r[0]) for r in results)
+    for name, ok, took, detail in results:
+        print(f"  {name:{width}s}  {'ok    ' if ok else 'FAILED'}  {took:7.1f} s  {detail}")
+    ok = all(r[1] for r in results) and len(results) == total
+    ctl = spec.groups_with_role("controller")[0].hosts[0]
+    print(f"\nthe staged cluster stays up: ssh -F {staged.ssh_config} {ctl} sinfo")
+    print(f"remove it with: gpucluster stage down {spec_path}")
+    return 0 if ok else 1
+
+
+def register(sub) -> None:
+    p = sub.add_parser("demo", help="stage up -> configure -> validate -> a Slurm job, with a summary")
+    p.add_argument("spec", nargs="?", default="examples/staging.yaml")
+    p.set_defaults(func=cmd_demo)
