@@ -70,6 +70,44 @@ def spec_from_data(data: dict, name: str = "<generated>") -> ClusterSpec:
     return validate_data(data, {}, Path(name)).spec
 
 
+def generic_spec(nodes: int | list[int], *, radix=64, rails=1, design="fat-tree", tiers="auto", leaf_ratio="1:1",
+                 spine_ratio=None, unit=None, rail_groups=1, pod=None, speed=400, radices=None) -> dict:
+    """Spec data for one or more compute groups on switches of a given radix (a user catalog entry)."""
+    counts = nodes if isinstance(nodes, list) else [nodes]
+    k1, k2, k3 = radices or (radix, radix, radix)
+    groups = [{"name": "ctl", "role": "controller", "count": 1, "hostname": "ctl#",
+               "cpu": {"sockets": 1, "cores_per_socket": 8}, "memory_gb": 16}]
+    for i, n in enumerate(counts):
+        groups.append({"name": f"g{i}", "role": "compute", "count": n, "hostname": f"g{i}n#####",
+                       "cpu": {"sockets": 2, "cores_per_socket": 48}, "memory_gb": 1024,
+                       "gpu": "h100-sxm5-80g", "gpus_per_node": 8, "nic": "gen-nic", "nics_per_node": rails})
+    fabric: dict = {"type": "infiniband", "design": design, "tiers": tiers,
+                    "switches": {"leaf": "gen-leaf", "spine": "gen-spine", "core": "gen-core"},
+                    "oversubscription": {"leaf": leaf_ratio}}
+    if spine_ratio:
+        fabric["oversubscription"]["spine"] = spine_ratio
+    if design == "rail-optimized":
+        fabric["scalable_unit_nodes"] = unit or k1 // 2
+        fabric["rail_groups"] = rail_groups
+    elif unit:
+        fabric["nodes_per_leaf"] = unit
+    if pod:
+        fabric["nodes_per_pod"] = pod
+    sw = {"fabrics": ["infiniband", "roce"]}
+    return {
+        "name": "gen",
+        "slurm": {"partitions": [{"name": "all", "groups": [f"g{i}" for i in range(len(counts))]}]},
+        "node_groups": groups,
+        "fabric": fabric,
+        "catalog": {
+            "nics": {"gen-nic": {"name": "generic", "speed_gbps": speed, "fabrics": ["infiniband", "roce"]}},
+            "switches": {"gen-leaf": {"name": "leaf", "ports": {speed: k1}, **sw},
+                         "gen-spine": {"name": "spine", "ports": {speed: k2}, **sw},
+                         "gen-core": {"name": "core", "ports": {speed: k3}, **sw}},
+        },
+    }
+
+
 def findings_of(path: Path) -> list[Finding]:
     """Every finding load_spec raises for a file; [] when it loads."""
     try:

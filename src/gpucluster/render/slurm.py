@@ -71,7 +71,8 @@ def slurm_context(spec: ClusterSpec, plan: Plan) -> dict:
         node_lines.append({
             "hosts": g.hostlist, "group": g, "gres": gres,
             "real_memory": g.memory_gb * 1024,
-            "features": ",".join([g.name, *([gres_type(spec, g)] if g.gpu else []), *g.features]),
+            # a group named after its GPU (h100) would otherwise list the feature twice
+            "features": ",".join(dict.fromkeys([g.name, *([gres_type(spec, g)] if g.gpu else []), *g.features])),
         })
     partitions = [
         {"p": p, "nodes": ",".join(spec.group(name).hostlist for name in p.groups)}

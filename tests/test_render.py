@@ -1,0 +1,370 @@
+"""Rendered files: golden copies, sizes that grow with groups and switches (not nodes), hostlists
+that expand to exactly the planned hosts, NCCL/RCCL settings derived from the fabric, and atomic writes.
+
+Golden files live in tests/golden/<example>/; after an intended change, regenerate them with
+GPUCLUSTER_UPDATE_GOLDEN=1 pytest tests/test_render.py and review the diff.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from pathlib import Path
+
+import hostlist
+import pytest
+from conftest import EXAMPLES, GOLDEN_DIR, example_data, generic_spec, loaded_example, spec_from_data
+
+from gpucluster.errors import UsageError
+from gpucluster.fabric import plan_cluster
+from gpucluster.render import render_all, write_outputs
+from gpucluster.render.slurm import scale_for
+from gpucluster.spec.model import ClusterSpec
+
+GOLDEN = {"staging": True, "meta-24k-roce": False}  # example -> include cabling.csv (2 MB for Meta: not kept)
+
+
+def text_of(value) -> str:
+    return value if isinstance(value, str) else "".join(value())
+
+
+def render_spec(spec: ClusterSpec, *, cabling: bool = False) -> dict[str, str]:
+    return {k: text_of(v) for k, v in render_all(spec, plan_cluster(spec), cabling=cabling).items()}
+
+
+@cache
+def rendered(name: str) -> dict[str, str]:
+    loaded, plan = loaded_example(name)
+    return {k: text_of(v) for k, v in render_all(loaded.spec, plan, cabling=GOLDEN.get(name, False)).items()}
+
+
+def records(text: str, kind: str) -> list[dict[str, str]]:
+    """Key=Value records of a slurm.conf-style file whose first key is `kind` (NodeName, SwitchName...)."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith(f"{kind}="):
+            out.append(dict(tok.split("=", 1) for tok in line.split()))
+    return out
+
+
+def params(text: str) -> dict[str, str]:
+    """Single Key=Value lines (no records)."""
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and " " not in line.strip() and "=" in line:
+            k, v = line.split("=", 1)
+            out[k] = v
+    return out
+
+
+def expand(expr: str) -> list[str]:
+    return hostlist.expand_hostlist(expr)
+
+
+# ---- golden files ------------------------------------------------------------------------------
+
+GOLDEN_CASES = [(name, f) for name, cab in GOLDEN.items()
+                for f in ("slurm.conf", "topology.conf", "gres.conf", "cgroup.conf", "nccl.conf", "nccl-env.sh",
+                          "bom.csv", "plan.json", *(["cabling.csv"] if cab else []))]
+
+
+@pytest.mark.parametrize("name, filename", GOLDEN_CASES, ids=[f"{n}/{f}" for n, f in GOLDEN_CASES])
+def test_golden(name, filename):
+    got = rendered(name)[filename]
+    path = GOLDEN_DIR / name / filename
+    if os.environ.get("GPUCLUSTER_UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(got)
+    assert path.exists(), f"{path} missing: run with GPUCLUSTER_UPDATE_GOLDEN=1 to create it"
+    assert got == path.read_text(), f"{filename} differs from {path}; if intended, GPUCLUSTER_UPDATE_GOLDEN=1"
+
+
+def test_golden_set_is_complete():
+    """Every golden file is still rendered (a renamed output must not leave a stale golden behind)."""
+    for name in GOLDEN:
+        on_disk = {p.name for p in (GOLDEN_DIR / name).iterdir()}
+        assert on_disk == {f for n, f in GOLDEN_CASES if n == name}
+
+
+# ---- slurm.conf and friends --------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_one_nodename_line_per_compute_group(name):
+    spec = loaded_example(name)[0].spec
+    nodes = records(rendered(name)["slurm.conf"], "NodeName")
+    compute = spec.groups_with_role("compute")
+    assert len(nodes) == len(compute)
+    for rec, g in zip(nodes, compute, strict=True):
+        assert expand(rec["NodeName"]) == g.hosts
+        assert int(rec["CPUs"]) == g.cpu.sockets * g.cpu.cores_per_socket * g.cpu.threads_per_core
+        assert int(rec["RealMemory"]) == g.memory_gb * 1024
+        features = rec["Feature"].split(",")
+        assert len(features) == len(set(features)), f"duplicate features {features}"
+        assert g.name in features and set(g.features) <= set(features)
+        if g.gpu:
+            assert rec["Gres"] == f"gpu:{spec.parts.gpus[g.gpu].slurm_type}:{g.gpus_per_node}"
+            assert spec.parts.gpus[g.gpu].slurm_type in features
+        else:
+            assert "Gres" not in rec
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_partitions_expand_to_their_groups(name):
+    spec = loaded_example(name)[0].spec
+    parts = records(rendered(name)["slurm.conf"], "PartitionName")
+    assert [p["PartitionName"] for p in parts] == [p.name for p in spec.slurm.partitions]
+    for rec, p in zip(parts, spec.slurm.partitions, strict=True):
+        assert expand(rec["Nodes"]) == [h for g in p.groups for h in spec.group(g).hosts]
+        assert rec["Default"] == ("YES" if p.default else "NO")
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_topology_conf_is_the_planned_tree(name):
+    """Every SwitchName line is a planned switch; node and switch hostlists expand to exactly the plan's."""
+    spec, plan = loaded_example(name)[0].spec, loaded_example(name)[1]
+    lines = records(rendered(name)["topology.conf"], "SwitchName")
+    assert [r["SwitchName"] for r in lines] == [s.name for s in plan.slurm_switches]
+    names = {s.name for s in plan.slurm_switches}
+    under_leaves: list[str] = []
+    for rec, sw in zip(lines, plan.slurm_switches, strict=True):
+        assert ("Nodes" in rec) != ("Switches" in rec)
+        if sw.nodes:
+            assert expand(rec["Nodes"]) == expand(",".join(sw.nodes))
+            under_leaves += expand(rec["Nodes"])
+        else:
+            assert expand(rec["Switches"]) == list(sw.switches)
+            assert set(sw.switches) <= names
+    assert sorted(under_leaves) == sorted(h for g in spec.fabric_groups for h in g.hosts)
+    assert len(under_leaves) == len(set(under_leaves))
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_gres_conf_matches_the_groups(name):
+    spec = loaded_example(name)[0].spec
+    recs = records(rendered(name)["gres.conf"], "NodeName")
+    gpu_groups = [g for g in spec.groups_with_role("compute") if g.gpu]
+    assert [expand(r["NodeName"]) for r in recs] == [g.hosts for g in gpu_groups]
+    for rec, g in zip(recs, gpu_groups, strict=True):
+        model = spec.parts.gpus[g.gpu]
+        files = expand(rec["File"])
+        assert len(files) == g.gpus_per_node
+        assert rec["Type"] == model.slurm_type
+        if model.vendor == "amd":
+            assert files == [f"/dev/dri/renderD{128 + i}" for i in range(g.gpus_per_node)]
+            assert rec["AutoDetect"] in ("rsmi", "off")
+        else:
+            assert files == [f"/dev/nvidia{i}" for i in range(g.gpus_per_node)]
+            assert rec["AutoDetect"] in ("nvml", "nvidia", "off")
+
+
+def test_mi250x_gres_has_eight_render_devices():
+    rec = records(rendered("frontier-mi250x-roce")["gres.conf"], "NodeName")[0]
+    assert expand(rec["File"]) == [f"/dev/dri/renderD{n}" for n in range(128, 136)]
+    assert rec["AutoDetect"] == "rsmi"
+    node = records(rendered("frontier-mi250x-roce")["slurm.conf"], "NodeName")[0]
+    assert node["Gres"] == "gpu:mi250x:8"
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_scale_settings_follow_the_node_count(name):
+    """Slurm's big_sys guide: TreeWidth about the cube root of the node count, SlurmdTimeout >= 120 s."""
+    spec = loaded_example(name)[0].spec
+    n = sum(g.count for g in spec.groups_with_role("compute"))
+    p = params(rendered(name)["slurm.conf"])
+    width = int(p["TreeWidth"])
+    assert (width - 1) ** 3 < n <= width**3 or (width == 2 and n <= 8)
+    assert int(p["SlurmdTimeout"]) >= 120
+    assert p["GresTypes"] == "gpu"
+    assert p["SelectType"] == "select/cons_tres"
+    assert p["TopologyPlugin"] == "topology/tree"
+    assert p["ClusterName"] == spec.name
+    assert scale_for(n).tree_width == width
+
+
+def test_cgroup_conf_fences_devices():
+    assert params(rendered("meta-24k-roce")["cgroup.conf"])["ConstrainDevices"] == "yes"
+
+
+def test_block_topology_per_version():
+    """topology/block: a block per unit; BlockSizes only from Slurm 24.05."""
+    data = example_data("staging")
+    data["slurm"].update(topology="block", version="23.11")
+    spec = spec_from_data(data)
+    out = render_spec(spec)
+    plan = plan_cluster(spec)
+    blocks = records(out["topology.conf"], "BlockName")
+    assert [b["BlockName"] for b in blocks] == [u.name for u in plan.units]
+    assert [expand(b["Nodes"]) for b in blocks] == [expand(plan.unit_hostlist(u)) for u in plan.units]
+    assert "BlockSizes" not in out["topology.conf"]
+    assert params(out["slurm.conf"])["TopologyPlugin"] == "topology/block"
+    data["slurm"]["version"] = "24.05"
+    assert "\nBlockSizes=" in render_spec(spec_from_data(data))["topology.conf"]
+
+
+# ---- sizes grow with groups and switches, not nodes --------------------------------------------
+
+def sizes(spec: ClusterSpec) -> tuple[int, int, int]:
+    out = render_spec(spec)
+    return len(out["slurm.conf"]), len(out["topology.conf"]), len(records(out["topology.conf"], "SwitchName"))
+
+
+def test_slurm_conf_size_does_not_grow_with_nodes():
+    """Twice the nodes in the same units (twice the units): slurm.conf keeps its size, give or take digits."""
+    base = sizes(spec_from_data(generic_spec([1000, 600], radix=64, rails=8, design="rail-optimized", unit=32)))
+    double = sizes(spec_from_data(generic_spec([2000, 1200], radix=64, rails=8, design="rail-optimized", unit=32)))
+    assert abs(double[0] - base[0]) <= 32  # a few more digits in counts (MaxJobCount, comments)
+    # topology.conf grows with units (switch lines), roughly doubling here
+    assert double[2] > base[2] * 1.8
+    assert double[1] / double[2] == pytest.approx(base[1] / base[2], rel=0.15)
+
+
+def test_topology_conf_grows_only_with_units():
+    """Twice the nodes in twice-as-large units: the same number of switches, so about the same bytes."""
+    small = sizes(spec_from_data(generic_spec([512, 256], radix=64, rails=2, unit=8)))
+    large = sizes(spec_from_data(generic_spec([1024, 512], radix=64, rails=2, unit=16)))
+    assert large[2] == small[2]
+    assert abs(large[1] - small[1]) <= 2 * large[2]  # at most a digit or two per line
+    assert abs(large[0] - small[0]) <= 32
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_config_sizes_are_bounded_by_groups_and_switches(name):
+    """No file lists nodes one by one: a generous bytes-per-line bound times the groups/switches."""
+    spec, plan = loaded_example(name)[0].spec, loaded_example(name)[1]
+    out = rendered(name)
+    assert len(out["slurm.conf"]) < 4000 + 400 * len(spec.node_groups) + 200 * len(spec.slurm.partitions)
+    assert len(out["topology.conf"]) < 400 + 120 * len(plan.slurm_switches)
+    assert len(out["gres.conf"]) < 200 + 250 * len(spec.node_groups)
+
+
+# ---- NCCL / RCCL -------------------------------------------------------------------------------
+
+def nccl_files(name: str) -> list[tuple[str, str]]:
+    out = rendered(name)
+    confs = sorted(k for k in out if k.startswith("nccl") and k.endswith(".conf"))
+    return [(out[c], out[c.replace("nccl", "nccl-env", 1).replace(".conf", ".sh")]) for c in confs]
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_nccl_settings_follow_the_fabric(name):
+    spec, plan = loaded_example(name)[0].spec, loaded_example(name)[1]
+    fab = spec.fabric
+    files = nccl_files(name)
+    assert files
+    groups = [g for g in spec.gpu_groups if g.role == "compute"]
+    for conf_text, env_text in files:
+        conf = params(conf_text)
+        # the env script exports the same settings
+        exported = {line.removeprefix("export ").split("=", 1)[0]: line.split("=", 1)[1]
+                    for line in env_text.splitlines() if line.startswith("export ")}
+        for k, v in conf.items():
+            assert exported[k] == v
+        assert conf["NCCL_IB_HCA"].startswith("=")  # exact names: mlx5_1 must not match mlx5_10
+        assert conf["NCCL_IB_HCA"][1:].split(",") in [plan.hcas(g) for g in groups]
+        assert conf["NCCL_SOCKET_IFNAME"] == fab.management_interface
+        if fab.type == "roce":
+            assert int(conf["NCCL_IB_TC"]) == fab.roce.dscp * 4
+            assert conf["NCCL_IB_GID_INDEX"] == str(fab.roce.gid_index)
+            assert "NCCL_IB_SL" not in conf
+        else:
+            assert "NCCL_IB_TC" not in conf and "NCCL_IB_GID_INDEX" not in conf
+            assert conf["NCCL_IB_SL"] == str(fab.infiniband.service_level)
+        assert conf["NCCL_CROSS_NIC"] == ("0" if fab.design == "rail-optimized" else "1")
+        if fab.qps_per_connection:
+            assert conf["NCCL_IB_QPS_PER_CONNECTION"] == str(fab.qps_per_connection)
+        vendors = {spec.parts.gpus[g.gpu].vendor for g in groups}
+        if vendors == {"amd"}:
+            assert conf_text.startswith("# RCCL")
+            assert "export HSA_FORCE_FINE_GRAIN_PCIE=1" in env_text.splitlines()
+            assert conf["NCCL_NET_GDR_LEVEL"] == "3"
+            assert "CUDA_DEVICE_ORDER" not in env_text
+        else:
+            assert "export CUDA_DEVICE_ORDER=PCI_BUS_ID" in env_text.splitlines()
+            assert "HSA_FORCE_FINE_GRAIN_PCIE" not in env_text
+
+
+@pytest.mark.parametrize("dscp", [0, 24, 26, 46, 63])
+def test_roce_traffic_class_is_dscp_times_four(dscp):
+    data = example_data("staging")
+    data["fabric"]["roce"] = {"dscp": dscp, "gid_index": 1}
+    conf = params(render_spec(spec_from_data(data))["nccl.conf"])
+    assert int(conf["NCCL_IB_TC"]) == dscp * 4 and int(conf["NCCL_IB_TC"]) >> 2 == dscp
+    assert conf["NCCL_IB_GID_INDEX"] == "1"
+
+
+def test_roce_without_gid_index_leaves_it_to_nccl():
+    data = example_data("staging")
+    data["fabric"]["roce"] = {"gid_index": None}
+    assert "NCCL_IB_GID_INDEX" not in render_spec(spec_from_data(data))["nccl.conf"]
+
+
+def test_infiniband_sharp_enables_collnet():
+    conf = params(rendered("meta-24k-ib")["nccl.conf"])
+    assert loaded_example("meta-24k-ib")[0].spec.fabric.infiniband.sharp
+    assert conf["NCCL_COLLNET_ENABLE"] == "1"
+
+
+def test_groups_with_different_settings_get_their_own_files():
+    """Two GPU groups with different HCAs cannot share one nccl.conf."""
+    data = example_data("colossus-200k")
+    data["node_groups"][2]["hcas"] = [f"mlx5_{i + 10}" for i in range(8)]
+    for g in data["node_groups"][1:3]:
+        g["count"] = 64
+    out = render_spec(spec_from_data(data))
+    assert "nccl.conf" not in out
+    assert params(out["nccl.h100.conf"])["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i}" for i in range(8))
+    assert params(out["nccl.h200.conf"])["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i + 10}" for i in range(8))
+    assert "nccl-env.h200.sh" in out
+
+
+# ---- atomic writes -----------------------------------------------------------------------------
+
+def test_write_outputs_writes_every_file(tmp_path):
+    files = {"a.conf": "a\n", "b.csv": lambda: iter(["x,", "y\n"])}
+    assert write_outputs(files, tmp_path / "out") == {"a.conf": 2, "b.csv": 4}
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.conf", "b.csv"]
+    assert (tmp_path / "out" / "b.csv").read_text() == "x,y\n"
+
+
+@pytest.mark.parametrize("fail_at", [0, 1, 2])
+def test_write_outputs_is_all_or_nothing(tmp_path, fail_at):
+    """One output fails part way (disk full while streaming): nothing new lands, no temp dir is left,
+    and files from an earlier render are untouched."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "slurm.conf").write_text("old\n")
+
+    def broken():
+        yield "half a file\n"
+        raise OSError(28, "No space left on device")
+
+    files: dict = {"slurm.conf": "new\n", "gres.conf": "new\n", "cabling.csv": "new\n"}
+    name = list(files)[fail_at]
+    files[name] = broken
+    with pytest.raises(UsageError, match="nothing was changed"):
+        write_outputs(files, out)
+    assert [p.name for p in out.iterdir()] == ["slurm.conf"]
+    assert (out / "slurm.conf").read_text() == "old\n"
+
+
+def test_write_outputs_fails_cleanly_under_a_regular_file(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UsageError, match="cannot create the output folder"):
+        write_outputs({"a": "b"}, tmp_path / "file" / "out")
+
+
+def test_render_all_names_and_no_cabling_switch():
+    loaded, plan = loaded_example("staging")
+    names = set(render_all(loaded.spec, plan))
+    assert names >= {"slurm.conf", "topology.conf", "gres.conf", "cgroup.conf", "nccl.conf", "cabling.csv", "bom.csv"}
+    assert "cabling.csv" not in render_all(loaded.spec, plan, cabling=False)
+
+
+def test_templates_come_from_the_templates_dir():
+    """One renderer: every config file has a template under templates/ (the Ansible roles use the same)."""
+    from gpucluster.render import templates_dir
+
+    t = Path(templates_dir())
+    for f in ("slurm/slurm.conf.j2", "slurm/topology.conf.j2", "slurm/gres.conf.j2", "slurm/cgroup.conf.j2",
+              "nccl/nccl.conf.j2", "nccl/nccl-env.sh.j2"):
+        assert (t / f).is_file()
