@@ -1,0 +1,122 @@
+"""Security: SSH without passwords, Slurm's files, slurmdbd's password file, munge as the cluster's gate.
+
+Nothing here reads a secret back: permissions are checked with stat, readability with `test -r` run as
+an unprivileged user, and keys by hash.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+from gpc_checklib import run
+
+SLURM_HOSTS = ("slurm_controller", "slurm_compute", "slurm_login")
+
+
+@pytest.mark.per("all")
+def test_sshd_config_refuses_passwords(node, target):
+    out = run(node, "sshd -T -C user=root,host=validate,addr=127.0.0.1 2>&1")
+    assert out.rc == 0, f"{target.host}: sshd -T failed: {out.stdout.strip()[-200:]}"
+    conf = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
+    bad = [k for k in ("passwordauthentication", "kbdinteractiveauthentication", "permitemptypasswords")
+           if conf.get(k, "no").strip() != "no"]
+    assert not bad, f"{target.host}: sshd allows {', '.join(f'{k} {conf[k]}' for k in bad)}"
+
+
+@pytest.mark.per("all")
+def test_sshd_offers_no_password_method(node, target):
+    """Ask the running sshd (on the node, over loopback) which methods it offers an unknown client."""
+    out = run(node, "ssh -v -o BatchMode=yes -o PubkeyAuthentication=no -o GSSAPIAuthentication=no "
+                    "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o ConnectTimeout=10 "
+                    "-p 22 nobody@127.0.0.1 true 2>&1; echo \"exit $?\"", timeout=30)
+    methods = re.findall(r"Authentications that can continue: (\S+)", out.stdout)
+    assert methods, f"{target.host}: sshd on port 22 did not answer: {out.stdout.strip()[-300:]}"
+    offered = set(",".join(methods).split(","))
+    assert not offered & {"password", "keyboard-interactive"}, (
+        f"{target.host}: sshd offers {', '.join(sorted(offered))} to a client without a key")
+
+
+@pytest.mark.per(SLURM_HOSTS)
+def test_slurm_etc_not_world_writable(node, target, doc):
+    d = doc["slurm"]["conf_dir"]
+    out = run(node, f"find {shlex.quote(d)} -xdev -perm -0002 ! -type l -printf '%p %m\\n'")
+    assert out.rc == 0, f"{target.host}: cannot read {d}: {out.stderr.strip()}"
+    assert not out.stdout.strip(), f"{target.host}: world-writable under {d}: {out.stdout.strip()}"
+
+
+@pytest.mark.per("slurm_dbd")
+def test_slurmdbd_password_file_private(node, target, doc):
+    path = doc["slurm"]["dbd_conf"]
+    f = node.file(path)
+    assert f.exists, f"{target.host}: {path} is missing"
+    assert f.mode & 0o077 == 0 and f.mode & 0o600 == 0o600, (
+        f"{target.host}: {path} is mode {oct(f.mode)}, expected 0o600")
+    assert f.user == "slurm", f"{target.host}: {path} is owned by {f.user}, expected slurm (SlurmUser)"
+    # As an ordinary user: `test -r` only, the content is never read.
+    out = run(node, f"runuser -u nobody -- test -r {shlex.quote(path)}")
+    assert out.rc != 0, f"{target.host}: user nobody can read {path}"
+
+
+def _first_compute(ctx, host):
+    """One node per run carries the foreign key probe: the first compute node being validated."""
+    pool = ctx.run_hosts if ctx.mode == "ssh" else (ctx.peers or [host])
+    first = next((h for h in pool if ctx.in_group(h, "slurm_compute")), None)
+    if first == host:
+        yield "foreign-key", None
+
+
+# A second munged with a fresh random key on a private socket, and a second slurmd (own port, spool,
+# pid and log) that uses it and tries to register as this node. slurmctld must refuse the credential.
+_FOREIGN_PROBE = r"""
+set -u
+d=$(mktemp -d /tmp/gpc-foreign.XXXXXX)
+trap 'kill $(cat $d/munged.pid 2>/dev/null) 2>/dev/null; rm -rf $d' EXIT
+mkdir -p $d/etc $d/spool
+dd if=/dev/urandom of=$d/munge.key bs=1024 count=1 status=none
+chown -R munge:munge $d && chmod 0700 $d && chmod 0400 $d/munge.key
+runuser -u munge -- /usr/sbin/munged --socket=$d/munge.sock --key-file=$d/munge.key --pid-file=$d/munged.pid \
+  --seed-file=$d/munged.seed --log-file=$d/munged.log || { echo "PROBE-ERROR munged did not start"; exit 0; }
+for i in $(seq 50); do [ -S $d/munge.sock ] && break; sleep 0.1; done
+munge -s probe -S $d/munge.sock | unmunge -S $d/munge.sock >/dev/null 2>&1 && echo "ROGUE-MUNGE-OK"
+munge -s probe -S $d/munge.sock | unmunge >/dev/null 2>&1 || echo "CLUSTER-REJECTS-CREDENTIAL"
+chown root:root $d
+cp -a CONF_DIR/. $d/etc/
+sed -i -e '/^SlurmdPort=/d' -e '/^SlurmdPidFile=/d' -e '/^SlurmdSpoolDir=/d' -e '/^SlurmdLogFile=/d' \
+  -e '/^AuthInfo=/d' $d/etc/slurm.conf
+printf 'SlurmdPort=%s\nSlurmdPidFile=%s\nSlurmdSpoolDir=%s\nSlurmdLogFile=%s\nAuthInfo=socket=%s\n' \
+  PORT $d/slurmd.pid $d/spool $d/slurmd.log $d/munge.sock >> $d/etc/slurm.conf
+timeout -s INT SECONDS /usr/sbin/slurmd -D -f $d/etc/slurm.conf -N NODE -v > $d/slurmd.out 2>&1
+echo "SLURMD-EXIT $?"
+grep -h -i -E 'regist|authentic|credential|zero bytes|munge' $d/slurmd.out $d/slurmd.log 2>/dev/null | tail -n 12
+"""
+
+
+@pytest.mark.per("slurm_compute", items=_first_compute)
+def test_foreign_munge_key_cannot_register(ctx, node, target, doc):
+    if not doc["staged"]:
+        pytest.skip(f"{target.host}: disruptive probe (a second slurmd with a foreign munge key); runs on "
+                    "staged clusters only")
+    script = (_FOREIGN_PROBE.replace("CONF_DIR", shlex.quote(doc["slurm"]["conf_dir"]))
+              .replace("PORT", "16818").replace("SECONDS", "12").replace("NODE", shlex.quote(target.host)))
+    start = run(node, "date -u '+%Y-%m-%d %H:%M:%S'").stdout.strip()
+    out = run(node, f"bash -c {shlex.quote(script)}", timeout=90)
+    text = out.stdout
+    assert "PROBE-ERROR" not in text, f"{target.host}: probe could not run: {text.strip()[-400:]}"
+    assert "ROGUE-MUNGE-OK" in text, f"{target.host}: the probe's own munged failed: {text.strip()[-400:]}"
+    assert "CLUSTER-REJECTS-CREDENTIAL" in text, (
+        f"{target.host}: the node's munged accepted a credential made with a fresh random key")
+    registered = re.search(r"(?i)registration.*(success|complete)|Node registration.*ok", text)
+    assert not registered, f"{target.host}: slurmctld accepted a registration with a foreign key:\n{text[-600:]}"
+    rejected = re.search(r"(?i)unable to register|zero bytes|authentication|credential", text)
+    if ctx.mode == "ssh" and ctx.controller:
+        log = run(ctx.slurm_host(),
+                  f"journalctl -u slurmctld --since {shlex.quote(start)} --no-pager 2>/dev/null; "
+                  f"awk -v s={shlex.quote(start.replace(' ', 'T'))} '$0 >= \"[\"s' /var/log/slurm/slurmctld.log "
+                  "2>/dev/null").stdout
+        ctl_says = re.findall(r".*(?:REQUEST_NODE_REGISTRATION_STATUS|auth).*(?:authentication|credential).*", log)
+        assert ctl_says or rejected, (
+            f"{target.host}: no sign the controller refused the foreign key (slurmd said: {text.strip()[-300:]})")
+        return
+    assert rejected, f"{target.host}: slurmd with a foreign key did not report a failed registration:\n{text[-600:]}"

@@ -1,0 +1,131 @@
+"""`gpucluster validate INVENTORY`: the testinfra suite on every node, with one readable report.
+
+    gpucluster validate inventories/staging
+    gpucluster validate inventories/prod --limit slurm_compute -n 32 --junit out/v.xml --html out/v.html
+    gpucluster validate inventories/prod --via-slurm
+
+Exit status: 0 when every check passed (skips and reported differences allowed), 1 when a check
+failed, 2 for a usage problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from gpucluster.errors import UsageError
+
+
+def _workers(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number of workers (or 'auto')") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError("-n must be at least 1")
+    return n
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from gpucluster.validate import expect, report, runner
+    from gpucluster.validate.inventory import load_inventory
+    from gpucluster.validate.thresholds import load_thresholds
+
+    t0 = time.perf_counter()
+    inv = load_inventory(args.inventory)
+    opts = expect.Options(limit=args.limit, thresholds=load_thresholds(args.thresholds),
+                          nccl_bytes=args.nccl_bytes, nccl_binary=args.nccl_binary,
+                          run_id=time.strftime("%Y%m%d-%H%M%S") + f"-{int(time.time() * 1000) % 1000:03d}")
+    doc = expect.build(inv, opts)
+    hosts = doc["selected"]
+    if not hosts:
+        raise UsageError(f"{inv.path}: --limit {args.limit!r} selects no host")
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="gpucluster-validate-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    expect_path = expect.write(doc, workdir / "expectations.json")
+    workers = runner.default_workers(len(hosts)) if args.workers == "auto" else min(args.workers, len(hosts))
+    extra = ["-k", args.keyword] if args.keyword else []
+
+    rep = report.Report(title=f"gpucluster validate {doc['cluster']}")
+    junits: list[tuple[Path, str]] = []
+    if args.via_slurm:
+        from gpucluster.validate.viaslurm import run_via_slurm
+
+        outcome = run_via_slurm(inv, doc, expect_path, workdir, workers=workers, extra=extra,
+                                time_limit=args.slurm_time, sbatch_args=args.sbatch_args, stream=args.verbose,
+                                keep=args.keep)
+        junits = outcome.junits
+        rep.notes += outcome.notes
+        mode = f"via Slurm ({outcome.job_hosts} nodes in job(s) {', '.join(outcome.jobs) or '-'})"
+    else:
+        res = runner.run_pytest(expect_path, hosts, workers, workdir, stream=args.verbose, extra=extra)
+        if not res.junit.exists():
+            raise UsageError(f"the checks did not run (pytest exit {res.rc}); log: {res.log}\n"
+                             + _tail(res.log))
+        junits = [(res.junit, "ssh")]
+        mode = f"over SSH, -n {workers}"
+    for path, source in junits:
+        rep.results += report.parse_junit(path, source)
+    rep.seconds = time.perf_counter() - t0
+    rep.title = f"gpucluster validate {doc['cluster']} ({mode})"
+    rep.notes += doc.get("notes", [])
+    if doc["slurm"]["profile"] != "production":
+        rep.notes.append(f"slurm.profile is '{doc['slurm']['profile']}': the settings listed under "
+                         "'differs from production' are not what a production cluster runs")
+
+    if args.junit:
+        report.merge_junit(junits, Path(args.junit))
+    elif junits:
+        report.merge_junit(junits, workdir / "validate.xml")
+    if args.html:
+        report.write_html(rep, Path(args.html))
+    print(report.summary_text(rep, width=shutil.get_terminal_size((110, 24)).columns))
+    outputs = [p for p in (args.junit, args.html) if p]
+    if outputs:
+        print("report: " + ", ".join(outputs))
+    if args.keep or args.workdir:
+        print(f"run folder (expectations, pytest logs): {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0 if rep.ok else 1
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text().splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def register(sub) -> None:
+    p = sub.add_parser("validate", help="run the testinfra validation suite against an inventory",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("inventory", help="inventory folder (hosts.yml) or file")
+    p.add_argument("-l", "--limit", help="hosts or groups, Ansible style: slurm_compute, gpu0[1-2]*, '!gpu03'")
+    p.add_argument("-n", "--workers", type=_workers, default="auto",
+                   help="hosts validated in parallel (pytest-xdist workers; default: auto)")
+    p.add_argument("--junit", help="write the merged JUnit XML here")
+    p.add_argument("--html", help="write a self-contained HTML report here")
+    p.add_argument("--via-slurm", action="store_true",
+                   help="run the checks on the compute nodes as a Slurm job (one task per node, local backend); "
+                        "hosts outside Slurm are checked over SSH in the same run")
+    p.add_argument("--slurm-time", default="20:00", help="time limit of the validation job (default 20:00)")
+    p.add_argument("--sbatch-args", default="", help="extra sbatch options, e.g. '--reservation=maint'")
+    p.add_argument("--thresholds", help="YAML with NCCL/RCCL busbw thresholds per GPU x fabric (docs/validate.md)")
+    p.add_argument("--nccl-bytes", default="8G", help="message size for the all_reduce check (default 8G)")
+    p.add_argument("--nccl-binary", default="all_reduce_perf", help="nccl-tests / rccl-tests binary")
+    p.add_argument("-k", dest="keyword", help="only checks matching this pytest -k expression")
+    p.add_argument("-v", "--verbose", action="store_true", help="stream pytest's own output")
+    p.add_argument("--workdir", help="keep the run's files (expectations, logs, per-node JUnit) here")
+    p.add_argument("--keep", action="store_true", help="keep the temporary run folder (and the flash-tier copy)")
+    p.set_defaults(func=cmd_validate)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("run `gpucluster validate`")

@@ -1,0 +1,75 @@
+"""Pinned package versions and kernel settings, as `gpucluster configure` applies them.
+
+They are role variables (roles/*/defaults/main.yml), which an inventory may override; the validator
+reads the same two places rather than keeping copies. Package names per group are Debian constants
+(the roles' vars/Debian.yml) and live in PACKAGES below beside the variable that pins them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+
+SLURM_HOSTS = ("slurm_dbd", "slurm_controller", "slurm_compute", "slurm_login")
+
+# (role, version variable, {inventory group: packages pinned by it})
+PACKAGES: tuple[tuple[str, str, dict[str, tuple[str, ...]]], ...] = (
+    ("munge", "munge_version", {g: ("munge",) for g in SLURM_HOSTS}),
+    ("slurm_common", "slurm_common_version", {
+        **{g: ("slurm-client", "slurm-wlm-basic-plugins") for g in SLURM_HOSTS},
+        "slurm_controller": ("slurm-client", "slurm-wlm-basic-plugins", "slurmctld"),
+        "slurm_compute": ("slurm-client", "slurm-wlm-basic-plugins", "slurmd"),
+        "slurm_dbd": ("slurm-client", "slurm-wlm-basic-plugins", "slurmdbd"),
+    }),
+    ("flash_storage", "flash_storage_moosefs_version", {
+        "flash_meta": ("moosefs-master",), "flash_chunk": ("moosefs-chunkserver",),
+        "flash_client": ("moosefs-client",),
+    }),
+)
+SYSCTLS = ("common", "common_sysctls", "all")
+SYSCTL_FILE = "/etc/sysctl.d/90-gpucluster.conf"  # roles/common/vars/Debian.yml __common_sysctl_file
+
+
+def roles_dir() -> Path | None:
+    """Where `gpucluster configure` takes its roles from: $GPUCLUSTER_ROLES, the checkout, or ./roles."""
+    candidates = [os.environ.get("GPUCLUSTER_ROLES"), Path(__file__).resolve().parents[3] / "roles",
+                  Path.cwd() / "roles"]
+    for c in candidates:
+        if c and (Path(c) / "common" / "defaults" / "main.yml").is_file():
+            return Path(c)
+    return None
+
+
+def _defaults(roles: Path, role: str) -> dict:
+    try:
+        return yaml.safe_load((roles / role / "defaults" / "main.yml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+
+
+def _value(var: str, role_defaults: dict, inv_vars: dict):
+    value = inv_vars.get(var, role_defaults.get(var))
+    if isinstance(value, str) and "{{" in value:
+        return None  # a template: only Ansible can evaluate it
+    return value
+
+
+def role_expectations(inv_vars: dict) -> tuple[dict, dict, list[str]]:
+    """({group: {package: version}}, {"all": {key: value}}, notes)."""
+    roles = roles_dir()
+    if roles is None:
+        return {}, {}, ["roles/ not found (set GPUCLUSTER_ROLES): package pins and sysctls are not checked"]
+    packages: dict[str, dict[str, str]] = {}
+    notes: list[str] = []
+    for role, var, groups in PACKAGES:
+        version = _value(var, _defaults(roles, role), inv_vars)
+        if not version:
+            notes.append(f"{var} is empty: {role}'s packages are not pinned, so their versions are not checked")
+            continue
+        for group, names in groups.items():
+            packages.setdefault(group, {}).update({n: str(version) for n in names})
+    role, var, group = SYSCTLS
+    sysctls = _value(var, _defaults(roles, role), inv_vars) or {}
+    return packages, {group: {str(k): str(v) for k, v in dict(sysctls).items()}}, notes

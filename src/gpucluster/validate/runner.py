@@ -1,0 +1,79 @@
+"""Run the checks over SSH from this machine: pytest on checks/, hosts spread over pytest-xdist workers.
+
+pytest runs as a subprocess of this interpreter (`python -m pytest`), so the checks see a clean
+interpreter, xdist can start its workers, and a crash in a check never takes the CLI down with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+CHECKS_DIR = Path(__file__).resolve().parent / "checks"
+
+
+@dataclass
+class PytestRun:
+    rc: int
+    junit: Path
+    log: Path
+
+
+def default_workers(hosts: int) -> int:
+    """I/O-bound (SSH round trips), so more workers than cores pays, up to one per host."""
+    return max(1, min(hosts, 2 * (os.cpu_count() or 2), 32))
+
+
+def pytest_command(expect: Path, hosts: list[str], workers: int, junit: Path, control_dir: str,
+                   suite_name: str = "ssh", extra: list[str] | None = None) -> list[str]:
+    cmd = [sys.executable, "-m", "pytest", str(CHECKS_DIR), f"--rootdir={CHECKS_DIR}", "-c",
+           str(CHECKS_DIR / "pytest.ini"), f"--gpc-expect={expect}", f"--gpc-hosts={','.join(hosts)}",
+           f"--gpc-control-dir={control_dir}", f"--junitxml={junit}", "-o", f"junit_suite_name={suite_name}",
+           "-q", "-rN", "--tb=short", "--no-header"]
+    if workers > 1:
+        cmd += ["-n", str(workers), "--dist", "loadgroup"]
+    else:
+        cmd += ["-p", "no:xdist"]
+    return cmd + list(extra or [])
+
+
+def run_pytest(expect: Path, hosts: list[str], workers: int, workdir: Path, *, stream: bool = False,
+               extra: list[str] | None = None, suite_name: str = "ssh") -> PytestRun:
+    junit = workdir / f"junit-{suite_name}.xml"
+    log = workdir / f"pytest-{suite_name}.log"
+    control_dir = tempfile.mkdtemp(prefix="gpcv-", dir="/tmp")  # short: unix socket paths max 108 bytes
+    try:
+        cmd = pytest_command(expect, hosts, workers, junit, control_dir, suite_name, extra)
+        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+        with log.open("w") as fh:
+            fh.write("$ " + " ".join(cmd) + "\n")
+            fh.flush()
+            if stream:
+                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                        stdin=subprocess.DEVNULL, env=env, cwd=str(workdir))
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    sys.stdout.write(line)
+                    fh.write(line)
+                rc = proc.wait()
+            else:
+                rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=env, cwd=str(workdir), check=False).returncode
+    finally:
+        close_masters(control_dir)
+    return PytestRun(rc=rc, junit=junit, log=log)
+
+
+def close_masters(control_dir: str) -> None:
+    """Stop the SSH master connections the workers shared (else they linger ControlPersist seconds)."""
+    for sock in Path(control_dir).glob("*"):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "gpucluster-validate"],
+                           capture_output=True, timeout=10, check=False)
+    shutil.rmtree(control_dir, ignore_errors=True)
