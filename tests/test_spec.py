@@ -312,6 +312,10 @@ def test_user_catalog_switch_of_the_wrong_fabric(write_spec):
 
 # ---- files that are not specs ------------------------------------------------------------------
 
+ALIAS_BOMB = ("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]\n" for i in range(1, 9))).encode()
+
+
 @pytest.mark.parametrize("content, rule", [
     (b"", "yaml"),
     (b"- just\n- a list\n", "yaml"),
@@ -319,7 +323,9 @@ def test_user_catalog_switch_of_the_wrong_fabric(write_spec):
     (b"name: [unclosed\n", "yaml"),
     (b"a: &x [*x]\n", "yaml"),
     (b"<<: {name: x}\n", "yaml"),
-], ids=["empty", "list", "binary", "unclosed", "alias", "merge-key"])
+    # "billion laughs": 1 kB of aliases of aliases expanding to 10^9 values must not hang the loader
+    (ALIAS_BOMB, "yaml"),
+], ids=["empty", "list", "binary", "unclosed", "alias", "merge-key", "alias-bomb"])
 def test_non_specs_are_findings(content, rule, write_spec):
     fs = findings_of(write_spec(content))
     assert fs and fs[0].rule == rule and fs[0].fix

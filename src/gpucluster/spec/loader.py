@@ -19,6 +19,7 @@ from gpucluster.errors import Finding, SpecError, did_you_mean, dotted
 from gpucluster.spec.model import ClusterSpec, LoadedSpec
 
 MAX_BYTES = 4 * 1024 * 1024
+MAX_VALUES = 200_000  # keys, items and scalars after alias expansion; the largest example has ~400
 
 
 def load_spec(path: str | Path, *, check: bool = True) -> LoadedSpec:
@@ -68,16 +69,27 @@ def parse_yaml(text: str, name: str) -> tuple[Any, dict[tuple, int], list[Findin
         return None, lines, [Finding((), "the spec is empty", "start from examples/staging.yaml", "yaml",
                                      file=name, line=1)]
     try:
-        data = _build(node, (), lines, findings, name)
+        data = _build(node, (), lines, findings, name, [MAX_VALUES])
     except RecursionError:
         return None, lines, [Finding((), "the YAML nests too deeply", "flatten the document", "yaml", file=name)]
+    except _TooBig:
+        return None, lines, [Finding((), f"the YAML expands to more than {MAX_VALUES:,} values (aliases of aliases?)",
+                                     "write the spec without nested anchors and aliases", "yaml", file=name)]
     if not isinstance(data, dict):
         findings.append(Finding((), "the spec must be a mapping of keys", "start from examples/staging.yaml",
                                 "yaml", file=name, line=node.start_mark.line + 1))
     return data, lines, findings
 
 
-def _build(node: yaml.Node, path: tuple, lines: dict, findings: list[Finding], name: str) -> Any:
+class _TooBig(Exception):
+    pass
+
+
+def _build(node: yaml.Node, path: tuple, lines: dict, findings: list[Finding], name: str, budget: list[int]) -> Any:
+    # Aliases are expanded, so a 1 kB file of aliases of aliases could expand to 10^9 values: count them.
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _TooBig
     lines[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         out: dict = {}
@@ -98,11 +110,11 @@ def _build(node: yaml.Node, path: tuple, lines: dict, findings: list[Finding], n
                                         "keep one of them", "yaml", file=name,
                                         line=key_node.start_mark.line + 1))
                 continue
-            out[key] = _build(value_node, path + (key,), lines, findings, name)
+            out[key] = _build(value_node, path + (key,), lines, findings, name, budget)
             lines[path + (key,)] = key_node.start_mark.line + 1
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_build(item, path + (i,), lines, findings, name) for i, item in enumerate(node.value)]
+        return [_build(item, path + (i,), lines, findings, name, budget) for i, item in enumerate(node.value)]
     return _scalar(node)
 
 
