@@ -180,22 +180,24 @@ def _build_lock() -> Iterator[None]:
 
 def _progress(log: Log, prefix: str) -> Callable[[str], None]:
     """A line handler that logs milestones and, at most every 30 s, the latest line as a heartbeat."""
-    last = [time.monotonic()]
+    start = time.monotonic()
+    last = [start]
     seen: set[str] = set()
 
     def on_line(line: str) -> None:
         now = time.monotonic()
+        stamp = f"{prefix}[{now - start:4.0f}s] "
         if line.startswith("STEP "):
-            log(f"{prefix}{line[5:]}")
+            log(f"{stamp}{line[5:]}")
             last[0] = now
             return
         m = re.match(r"I: (\w+)", line)
         if m and m.group(1) not in seen:  # debootstrap phases: Retrieving, Validating, Extracting, ...
             seen.add(m.group(1))
-            log(f"{prefix}debootstrap: {line[3:]}")
+            log(f"{stamp}debootstrap: {line[3:]}")
             last[0] = now
         elif now - last[0] >= 30:
-            log(f"{prefix}... {line.strip()[:100]}")
+            log(f"{stamp}... {line.strip()[:100]}")
             last[0] = now
 
     return on_line

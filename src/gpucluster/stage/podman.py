@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -30,6 +31,9 @@ LABEL_SPEC = "gpucluster.spec"
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,39}$")
 _HOST_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _READY_TIMEOUT_S = 180
+_MIN_INOTIFY_INSTANCES = 1024
+_HOSTKEY_WHEN_SSH_ACTIVE = "systemctl -q is-active ssh.service && cat /etc/ssh/ssh_host_ed25519_key.pub"
+_MARKER = ".gpucluster-stage"
 _STATE_FILES = ("id_ed25519", "id_ed25519.pub", "known_hosts", "ssh_config", "ports.json")
 
 
@@ -42,6 +46,8 @@ class StageNode:
     gpu_devices: tuple[str, ...] = ()
     fuse: bool = False
     memory_mb: int | None = None
+    caps: tuple[str, ...] = ()  # extra capabilities, e.g. DAC_READ_SEARCH (NFS-Ganesha's open_by_handle_at)
+    tmpfs: tuple[str, ...] = ()  # paths mounted as tmpfs: overlayfs gives no file handles to export over NFS
 
 
 @dataclass(frozen=True)
@@ -118,6 +124,10 @@ def _validate(cfg: StageConfig, nodes: list[StageNode]) -> None:
         for dev in n.gpu_devices:
             if not re.match(r"^/dev/[A-Za-z0-9_.-]+$", dev):
                 problems.append(f"node {n.name}: gpu device {dev!r} is not a /dev/NAME path")
+        problems += [f"node {n.name}: capability {c!r} is not a name like DAC_READ_SEARCH"
+                     for c in n.caps if not re.match(r"^[A-Z_]+$", c)]
+        problems += [f"node {n.name}: tmpfs path {p!r} is not an absolute /path"
+                     for p in n.tmpfs if not re.match(r"^/[A-Za-z0-9._/-]+$", p)]
         if n.memory_mb is not None and n.memory_mb < 64:
             problems.append(f"node {n.name}: memory_mb={n.memory_mb} is too small for systemd (>= 64)")
     if cfg.runtime.startswith("/") and not Path(cfg.runtime).exists():
@@ -127,6 +137,17 @@ def _validate(cfg: StageConfig, nodes: list[StageNode]) -> None:
         problems.append("a node asks for FUSE but this host has no /dev/fuse")
     if problems:
         raise StageError("invalid staging request:\n  " + "\n  ".join(problems))
+
+
+def _warn_host_limits(log: Log) -> None:
+    """systemd in each node holds several inotify instances charged to host root; 128 (the kernel's
+    default) runs out at about 15 nodes, and later nodes come up degraded."""
+    path = Path("/proc/sys/fs/inotify/max_user_instances")
+    with contextlib.suppress(OSError, ValueError):
+        if int(path.read_text()) < _MIN_INOTIFY_INSTANCES:
+            log(f"stage: WARNING: fs.inotify.max_user_instances={path.read_text().strip()} is low for "
+                "systemd containers; nodes may come up degraded once the host runs ~15 of them. "
+                "scripts/stage-deps.sh raises it (sysctl fs.inotify.max_user_instances=8192).")
 
 
 # ---------------------------------------------------------------- podman queries
@@ -171,6 +192,27 @@ def _lock(cfg: StageConfig) -> Iterator[None]:
     with (d / ".lock").open("a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         yield
+
+
+def _claim_state_dir(cfg: StageConfig) -> None:
+    """Record whether up() found the state directory new or empty. Only then may down() delete it
+    whole, with what other layers keep there (the CLI's per-cluster secrets, role outputs); a
+    directory that held files before is never removed, only the files up() wrote."""
+    d = Path(cfg.state_dir)
+    marker = d / _MARKER
+    if marker.exists():
+        return
+    owned = not d.exists() or not any(p.name != ".lock" for p in d.iterdir())
+    d.mkdir(parents=True, exist_ok=True)
+    _write_if_changed(marker, json.dumps({"cluster": cfg.cluster, "owned": owned}) + "\n")
+
+
+def _owns_state_dir(cfg: StageConfig) -> bool:
+    try:
+        info = json.loads((Path(cfg.state_dir) / _MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(info, dict) and info.get("owned") is True and info.get("cluster") == cfg.cluster
 
 
 def _write_if_changed(path: Path, text: str, mode: int = 0o600) -> bool:
@@ -219,6 +261,7 @@ def _spec_hash(cfg: StageConfig, node: StageNode, image: str) -> str:
     """What a container was created from; a different value means up() must recreate it."""
     spec = [image, cfg.runtime, *cfg.ulimits, *node.gpu_devices, str(node.fuse), str(node.memory_mb),
             network_name(cfg)]
+    spec += [f"cap:{c}" for c in node.caps] + [f"tmpfs:{p}" for p in node.tmpfs]  # absent: hash unchanged
     return hashlib.sha256("\0".join(spec).encode()).hexdigest()[:12]
 
 
@@ -248,6 +291,10 @@ def _run_args(cfg: StageConfig, node: StageNode, image: str, port: int) -> list[
         args += ["--device", "/dev/fuse", "--cap-add", "SYS_ADMIN"]
     if node.memory_mb:
         args += ["--memory", f"{node.memory_mb}m"]
+    for cap in node.caps:
+        args += ["--cap-add", cap]
+    for path in node.tmpfs:
+        args += ["--tmpfs", f"{path}:rw,exec,mode=0755"]
     return [*args, image, "/sbin/init"]
 
 
@@ -260,9 +307,10 @@ def _create(cfg: StageConfig, node: StageNode, image: str, port: int, taken: set
             _podman(*_run_args(cfg, node, image, port), what=f"podman run for node {node.name}")
             return port
         except StageError as exc:
+            # podman run may leave a created-but-not-started container behind: never reuse it.
+            _podman("rm", "-f", container_name(cfg, node.name), check=False)
             if "address already in use" not in str(exc):
                 raise
-            _podman("rm", "-f", container_name(cfg, node.name), check=False)
             taken.add(port)
     raise StageError(f"node {node.name}: no free port on 127.0.0.1 after 3 tries")
 
@@ -283,14 +331,15 @@ def _wait_ready(cfg: StageConfig, ports: dict[str, int], log: Log) -> dict[str, 
     while pending:
         for name, port in list(pending.items()):
             c = container_name(cfg, name)
-            running = _podman("inspect", "--format", "{{.State.Running}}", c, check=False).strip()
-            if running != "true":
-                raise StageError(f"node {name}: container {c} is not running\n{_diagnose(c)}")
-            active = _exec(c, "systemctl", "is-active", "ssh.service", check=False).strip()
-            if active != "active":
+            # one exec per node and round: on two cores, polling competes with the nodes' boot
+            res = run(["podman", "exec", c, "sh", "-c", _HOSTKEY_WHEN_SSH_ACTIVE], check=False, timeout=30)
+            pub = res.stdout.split()
+            if res.returncode != 0 or len(pub) < 2:
+                running = _podman("inspect", "--format", "{{.State.Running}}", c, check=False).strip()
+                if running != "true":
+                    raise StageError(f"node {name}: container {c} is not running\n{_diagnose(c)}")
                 continue
-            pub = _exec(c, "cat", "/etc/ssh/ssh_host_ed25519_key.pub", check=False).split()
-            if len(pub) < 2 or not _ssh_banner(port):
+            if not _ssh_banner(port):
                 continue
             keys[name] = f"{pub[0]} {pub[1]}"
             del pending[name]
@@ -300,7 +349,7 @@ def _wait_ready(cfg: StageConfig, ports: dict[str, int], log: Log) -> dict[str, 
             name = next(iter(pending))
             raise StageError(f"node {name}: sshd not reachable on 127.0.0.1:{pending[name]} after "
                              f"{_READY_TIMEOUT_S}s\n{_diagnose(container_name(cfg, name))}")
-        time.sleep(0.5)
+        time.sleep(1)
     return keys
 
 
@@ -343,7 +392,9 @@ def _ssh_config(cfg: StageConfig, ports: dict[str, int], paths: dict[str, Path])
 def up(cfg: StageConfig, nodes: list[StageNode], log: Log = print) -> StagedCluster:
     """Bring the staged cluster to exactly `nodes`; a repeated call with the same input changes nothing."""
     _validate(cfg, nodes)
+    _warn_host_limits(log)
     started = time.monotonic()
+    _claim_state_dir(cfg)
     with _lock(cfg):
         image = cfg.image or ensure_image(log)
         paths = _paths(cfg)
@@ -419,24 +470,52 @@ def up(cfg: StageConfig, nodes: list[StageNode], log: Log = print) -> StagedClus
         )
 
 
+def _remove_containers(cfg: StageConfig, log: Log) -> None:
+    """podman rm -f, retried: podman 4.3 fails ("could not be stopped ... state improper: stopped")
+    when a container finishes its systemd shutdown just as the stop timeout sends SIGKILL."""
+    containers = _containers(cfg)
+    total = len(containers)
+    err = ""
+    for _attempt in range(3):
+        if not containers:
+            break
+        res = run(["podman", "rm", "-f", "-t", "5", *[c["Id"] for c in containers]], check=False,
+                  timeout=180, what="podman rm")
+        err = res.stderr
+        containers = _containers(cfg)
+    if containers:
+        raise StageError(f"could not remove {len(containers)} container(s) of cluster {cfg.cluster}: "
+                         f"{', '.join(c['Names'][0] for c in containers)}",
+                         cmd=["podman", "rm", "-f", "-t", "5", *[c["Id"] for c in containers]], stderr=err)
+    if total:
+        log(f"stage: removed {total} container(s) of cluster {cfg.cluster}")
+
+
 def down(cfg: StageConfig, log: Log = print) -> None:
-    """Remove the cluster's containers, network and state files; safe to call when nothing is up."""
+    """Remove the cluster's containers, network and state directory; safe to call when nothing is up.
+
+    The state directory goes whole when up() created it (secrets and outputs other layers put there
+    belong to this staged cluster too); otherwise only the files up() wrote are removed.
+    """
     d = Path(cfg.state_dir)
     with _lock(cfg):
-        containers = _containers(cfg)
-        if containers:
-            _podman("rm", "-f", "-t", "5", *[c["Id"] for c in containers], timeout=180)
-            log(f"stage: removed {len(containers)} container(s) of cluster {cfg.cluster}")
+        _remove_containers(cfg, log)
         nets = _podman("network", "ls", "--format", "{{.Name}}",
-                       "--filter", f"label={LABEL_STATE}={state_hash(cfg)}").split()
+                       "--filter", f"label={LABEL_STATE}={state_hash(cfg)}",
+                       "--filter", f"label={LABEL_CLUSTER}={cfg.cluster}").split()
         if network_name(cfg) not in nets and run(
             ["podman", "network", "exists", network_name(cfg)], check=False
         ).returncode == 0:
             nets.append(network_name(cfg))
         for net in nets:
-            _podman("network", "rm", "-f", net)
+            # No -f: that would also remove containers that are not ours if any joined the network.
+            _podman("network", "rm", net)
             log(f"stage: removed podman network {net}")
-        for path in _paths(cfg).values():
+        if _owns_state_dir(cfg):
+            shutil.rmtree(d)
+            log(f"stage: removed state directory {d}")
+            return
+        for path in [*_paths(cfg).values(), d / _MARKER]:
             for p in (path, path.with_name(path.name + ".tmp")):
                 p.unlink(missing_ok=True)
         (d / ".lock").unlink(missing_ok=True)
