@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from gpucluster import __version__
-from gpucluster.errors import Finding, SpecError, UsageError
+from gpucluster.errors import Finding, OperationError, SpecError, UsageError
 
 # Subcommands that live with their concern; each module has register(subparsers).
 PLUGINS = ("gpucluster.stage.cli", "gpucluster.inventory.cli", "gpucluster.validate.cli",
@@ -140,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OperationError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -56,3 +56,8 @@ class SpecError(Exception):
 
 class UsageError(Exception):
     """A problem with how a command was called (missing file, unwritable output): exit 2."""
+
+
+class OperationError(RuntimeError):
+    """An outside tool (podman, ssh, ansible, slurmctld) failed while doing what was asked: exit 1,
+    with the message (which carries the command and its output tail), never a traceback."""

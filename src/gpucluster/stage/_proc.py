@@ -8,12 +8,14 @@ import subprocess
 import threading
 from collections.abc import Callable, Sequence
 
+from gpucluster.errors import OperationError
+
 Log = Callable[[str], None]
 
 _TAIL_LINES = 25
 
 
-class StageError(RuntimeError):
+class StageError(OperationError):
     """A podman, debootstrap or ssh-keygen call failed, or a staged node did not come up.
 
     The message carries the command and the tail of its stderr so the CLI can print it as is.
