@@ -1,0 +1,228 @@
+"""What a stack exports, and how the rest of the toolkit reads it back.
+
+Building the outputs (`inventory_args`, `inventory_json`, `file_hashes`) uses the same inventory writer and renderer as
+the CLI. Reading them back (`inventory_from_stack`, `secrets_from_stack`) shells out to the Pulumi CLI;
+this module never imports the Pulumi SDK, so `gpucluster inventory --pulumi-stack` works in an
+install without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from gpucluster.errors import UsageError
+from gpucluster.fabric import Plan
+from gpucluster.spec.model import ClusterSpec, LoadedSpec
+
+SLURM_FILES = ("slurm.conf", "topology.conf", "gres.conf", "cgroup.conf")
+INSTALL_HINT = ("install the Pulumi CLI (https://www.pulumi.com/docs/install/: curl -fsSL https://get.pulumi.com | sh, "
+                "or brew install pulumi/tap/pulumi) and log in to the stack's backend")
+SECRET_VARS = ("munge_key_b64", "slurm_dbd_password")
+
+
+# ---------------------------------------------------------------- building
+
+
+def inventory_args(loaded: LoadedSpec, *, target: str, stack: str, addresses: dict[str, tuple[str, int]],
+                   ssh_user: str, ssh_key_path: str | None, known_hosts: str,
+                   stage_dir: Path | None = None) -> tuple[dict[str, dict], dict]:
+    """(connection, extra_vars) for the inventory writer: how Ansible reaches the nodes the stack enrolled,
+    with the same key, user and known_hosts the enrollment used."""
+    extra: dict = {"gpucluster_spec": str(Path(loaded.source).resolve()), "gpucluster_pulumi_stack": stack}
+    if target == "staging":
+        # the same connection variables and staged-cluster variables `gpucluster stage up` writes
+        from gpucluster.stage.cli import connection_vars
+        from gpucluster.stage.podman import StagedCluster
+
+        assert stage_dir is not None
+        staged = StagedCluster(nodes=addresses, ssh_key=Path(ssh_key_path or stage_dir / "id_ed25519"),
+                               known_hosts=Path(known_hosts), ssh_config=stage_dir / "ssh_config", network="",
+                               ssh_user=ssh_user)
+        extra.update({"gpucluster_staged": True, "gpucluster_secrets_dir": str(stage_dir / "secrets"),
+                      "gpucluster_state_dir": str(stage_dir)})
+        return connection_vars(staged), extra
+    # Real clusters: per host only what differs (the address, when it is not the name); the rest once for
+    # all hosts, which keeps a 25k-host inventory small.
+    connection = {h: {"ansible_host": a} for h, (a, _p) in addresses.items() if a != h}
+    ports = {p for _a, p in addresses.values()}
+    extra["ansible_user"] = ssh_user
+    if ssh_key_path:
+        extra["ansible_ssh_private_key_file"] = ssh_key_path
+    extra["ansible_ssh_common_args"] = f"-o StrictHostKeyChecking=yes -o UserKnownHostsFile={known_hosts}"
+    if ports != {22}:
+        if len(ports) == 1:
+            extra["ansible_port"] = ports.pop()
+        else:
+            for h, (_a, p) in addresses.items():
+                connection.setdefault(h, {})["ansible_port"] = p
+    return connection, extra
+
+
+def inventory_json(spec: ClusterSpec, plan: Plan, connection: dict[str, dict], extra_vars: dict) -> str:
+    """The inventory contract's data (`inventory_data`, the writer's own function) as one JSON string.
+
+    A string, not a nested output: the SDK serialises nested outputs value by value (minutes for a
+    25k-host inventory), a string costs nothing. JSON, not hosts.yml: PyYAML's representer needs ~10 s
+    CPU for Colossus 100k, paid here on every `pulumi up` otherwise; `gpucluster inventory
+    --pulumi-stack` pays it once when it writes hosts.yml. The JSON is itself an Ansible inventory
+    (`pulumi stack output inventory > hosts.json`)."""
+    from gpucluster.inventory import inventory_data
+
+    return json.dumps(inventory_data(spec, plan, connection, extra_vars), separators=(",", ":"))
+
+
+def file_hashes(files: dict) -> dict[str, str]:
+    """sha256 of each rendered file (text, or a function yielding chunks)."""
+    out = {}
+    for name in sorted(files):
+        value = files[name]
+        h = hashlib.sha256()
+        for chunk in [value] if isinstance(value, str) else value():
+            h.update(chunk.encode())
+        out[name] = f"sha256:{h.hexdigest()}"
+    return out
+
+
+# ---------------------------------------------------------------- reading back
+
+
+def _pulumi() -> str:
+    exe = shutil.which("pulumi")
+    if exe is None:
+        raise UsageError(f"the Pulumi CLI is not on PATH: {INSTALL_HINT}; "
+                         "without it, write the inventory from the spec: gpucluster inventory SPEC -o DIR")
+    return exe
+
+
+def project_root(start: Path | None = None) -> Path:
+    """The folder holding Pulumi.yaml: the current one or a parent, else this checkout's root."""
+    here = (start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / "Pulumi.yaml").is_file():
+            return d
+    checkout = Path(__file__).resolve().parents[3]
+    if (checkout / "Pulumi.yaml").is_file():
+        return checkout
+    raise UsageError("no Pulumi.yaml in this folder or above it: run this in the gpucluster checkout")
+
+
+def stack_output(stack: str, name: str, *, show_secrets: bool = False):
+    """One stack output as JSON data, through `pulumi stack output`."""
+    exe = _pulumi()
+    cmd = [exe, "stack", "output", "--stack", stack, "--json", f"--show-secrets={'true' if show_secrets else 'false'}",
+           name]
+    try:
+        res = subprocess.run(cmd, cwd=project_root(), capture_output=True, text=True, timeout=300, check=False,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"pulumi stack output failed: {exc}") from None
+    if res.returncode != 0:
+        detail = (res.stderr or res.stdout).strip().splitlines()[-3:]
+        raise UsageError(f"pulumi stack output --stack {stack} {name} failed (exit {res.returncode}): "
+                         f"{' '.join(detail)}; check the stack name (pulumi stack ls) and that `pulumi up` ran")
+    try:
+        return json.loads(res.stdout)
+    except ValueError:
+        raise UsageError(f"pulumi stack output --stack {stack} {name} did not print JSON") from None
+
+
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):
+    pass
+
+
+_Dumper.add_representer(type(None), lambda d, _: d.represent_scalar("tag:yaml.org,2002:null", ""))
+
+
+def write_inventory_data(outdir: Path, data: dict) -> Path:
+    """hosts.yml from inventory data, byte for byte what `write_inventory` writes for the same data (a test
+    holds the two together). `write_inventory` starts from a spec; a stack hands over the data."""
+    try:
+        name = data["all"]["vars"]["gpucluster_cluster"]
+        data["all"]["children"]["slurm_compute"]
+    except (KeyError, TypeError):
+        raise UsageError("the stack's inventory output is not a gpucluster inventory "
+                         "(no all.vars.gpucluster_cluster or contract groups)") from None
+    text = ("# Ansible inventory for " + name + ": written by gpucluster (docs/inventory.md).\n"
+            + yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=200))
+    outdir = Path(outdir)
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".hosts-", dir=outdir)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, outdir / "hosts.yml")
+    except OSError as exc:
+        raise UsageError(f"{outdir}: cannot write the inventory ({exc.strerror or exc})") from None
+    return outdir / "hosts.yml"
+
+
+def inventory_from_stack(stack: str, outdir: Path) -> Path:
+    """`gpucluster inventory --pulumi-stack NAME -o DIR`: the inventory `pulumi up` exported."""
+    text = stack_output(stack, "inventory")
+    try:
+        data = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise UsageError(f"stack {stack}: the inventory output is not the JSON inventory this version exports; "
+                         "run pulumi up with this checkout")
+    return write_inventory_data(Path(outdir), data)
+
+
+# ---------------------------------------------------------------- secrets for Ansible
+
+
+def _inside_checkout(path: Path) -> Path | None:
+    for d in (path.parent, *path.parent.parents):
+        if (d / ".git").exists() or (d / "Pulumi.yaml").is_file():
+            return d
+    return None
+
+
+def default_secrets_path(stack: str) -> Path:
+    """Per user, outside any checkout: $XDG_RUNTIME_DIR (tmpfs, gone at logout) or ~/.config."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and Path(runtime).is_dir():
+        base = Path(runtime) / "gpucluster"
+    else:
+        base = Path.home() / ".config" / "gpucluster"
+    return base / "secrets" / f"{stack}.json"
+
+
+def write_secrets_file(values: dict, path: Path) -> Path:
+    """Write Ansible extra vars with the cluster secrets: mode 0600 from the first byte, refused inside a
+    git checkout or Pulumi project (that is how secrets end up committed)."""
+    path = Path(path).expanduser().absolute()
+    repo = _inside_checkout(path)
+    if repo is not None:
+        raise UsageError(f"{path} is inside {repo}: secrets are never written into a checkout; "
+                         f"choose a path outside it (default {default_secrets_path('STACK')})")
+    missing = [k for k in SECRET_VARS if k in values and values[k] in (None, "", "[secret]")]
+    if missing:
+        raise UsageError(f"the stack output has no clear value for {', '.join(missing)}")
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".secrets-", dir=path.parent)  # 0600 from creation
+        with os.fdopen(fd, "w") as fh:
+            json.dump(values, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write the secrets file ({exc.strerror or exc})") from None
+    return path
+
+
+def secrets_from_stack(stack: str, path: Path | None = None) -> Path:
+    values = stack_output(stack, "ansibleSecrets", show_secrets=True)
+    if not isinstance(values, dict):
+        raise UsageError(f"stack {stack}: ansibleSecrets is not a mapping; run pulumi up first")
+    return write_secrets_file(values, path or default_secrets_path(stack))
