@@ -28,7 +28,7 @@ def test_service_active(node, target, item):
     assert svc.is_enabled, f"{target.host}: service {item} runs but is not enabled: it will not start after a reboot"
 
 
-SLURM_HOSTS = ("slurm_dbd", "slurm_controller", "slurm_compute", "slurm_login")
+SLURM_HOSTS = ("slurm_controller", "slurm_compute", "slurm_login", "slurm_dbd")
 
 
 @pytest.mark.per(SLURM_HOSTS)

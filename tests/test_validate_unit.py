@@ -1,0 +1,453 @@
+"""The validation suite without a cluster: inventory reading, expectations from the plan, parametrization
+by (group, host, item), the helpers the checks use on nodes, thresholds, JUnit merge, summary and HTML,
+and the --via-slurm bundle (run with the system's python3, as a node would)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import hostlist
+import pytest
+import yaml
+from conftest import example_path, loaded_example
+
+from gpucluster.errors import UsageError
+from gpucluster.inventory.writer import inventory_data
+from gpucluster.render import nccl_file_for, render_all
+from gpucluster.validate import expect, report, viaslurm
+from gpucluster.validate.inventory import load_inventory
+from gpucluster.validate.runner import CHECKS_DIR, default_workers, pytest_command
+from gpucluster.validate.thresholds import DEFAULTS, load_thresholds, threshold_for
+
+
+def _load_checklib():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpc_checklib", CHECKS_DIR / "gpc_checklib.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gpc_checklib", mod)  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+lib = _load_checklib()
+
+
+# ------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(scope="module")
+def staging_inventory(tmp_path_factory) -> Path:
+    """The inventory `stage up` writes for examples/staging.yaml (connection vars included), plus a
+    secrets dir holding a munge key (random bytes made here: never a real secret)."""
+    tmp_path = tmp_path_factory.mktemp("inventory")
+    loaded, plan = loaded_example("staging")
+    spec = loaded.spec
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "munge.key").write_bytes(os.urandom(1024))
+    conn = {h: {"ansible_host": "127.0.0.1", "ansible_port": 40000 + i, "ansible_user": "root",
+                "ansible_ssh_private_key_file": str(tmp_path / "id"),
+                "ansible_ssh_common_args": f"-o UserKnownHostsFile={tmp_path}/kh -o StrictHostKeyChecking=yes "
+                                           "-o ControlMaster=auto -o ControlPersist=60s"}
+            for i, h in enumerate(h for g in spec.node_groups for h in g.hosts)}
+    data = inventory_data(spec, plan, conn, extra_vars={
+        "gpucluster_spec": str(example_path("staging").resolve()), "gpucluster_staged": True,
+        "gpucluster_secrets_dir": str(secrets), "gpucluster_state_dir": str(tmp_path)})
+    inv = tmp_path / "inv"
+    inv.mkdir()
+    (inv / "hosts.yml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return inv
+
+
+@pytest.fixture(scope="module")
+def _doc(staging_inventory) -> dict:
+    inv = load_inventory(staging_inventory)
+    return expect.build(inv, expect.Options(thresholds=load_thresholds(None), run_id="test-run"))
+
+
+@pytest.fixture
+def doc(_doc) -> dict:
+    return json.loads(json.dumps(_doc))  # a fresh copy: tests may change it
+
+
+# ------------------------------------------------------------------ inventory
+
+
+def test_inventory_groups_and_host_vars(staging_inventory):
+    inv = load_inventory(staging_inventory)
+    loaded, plan = loaded_example("staging")
+    spec = loaded.spec
+    assert sorted(inv.hosts) == sorted(h for g in spec.node_groups for h in g.hosts)
+    assert inv.group("slurm_compute") == spec.group("gpu").hosts
+    assert inv.group("slurm_controller") == spec.group("ctl").hosts
+    for h in spec.group("gpu").hosts:
+        host = inv.hosts[h]
+        assert host.vars["gpucluster_leaf"] == plan.unit_of_host[h].name
+        assert host.vars["gpucluster_cluster"] == spec.name  # all-vars reach every host
+        assert "slurm_compute" in host.groups and "nodegroup_gpu" in host.groups
+        ssh = host.ssh()
+        assert ssh["host"] == "127.0.0.1" and ssh["user"] == "root"
+        assert "StrictHostKeyChecking=yes" in ssh["extra_args"]  # strict host keys are kept
+
+
+@pytest.mark.parametrize(("limit", "want"), [
+    (None, None),
+    ("slurm_compute", ["gpu01", "gpu02", "gpu03", "gpu04"]),
+    ("gpu02", ["gpu02"]),
+    ("gpu0*", ["gpu01", "gpu02", "gpu03", "gpu04"]),
+    ("slurm_compute:!gpu03", ["gpu01", "gpu02", "gpu04"]),
+    ("slurm_compute,ctl01", ["gpu01", "gpu02", "gpu03", "gpu04", "ctl01"]),
+    ("flash_client:&nodegroup_gpu", ["gpu01", "gpu02", "gpu03", "gpu04"]),
+    ("!slurm_compute", ["ctl01", "flash01", "nfs01"]),
+])
+def test_limit_patterns(staging_inventory, limit, want):
+    inv = load_inventory(staging_inventory)
+    got = inv.select(limit)
+    assert got == (list(inv.hosts) if want is None else [h for h in inv.hosts if h in want] if limit and
+                   limit.startswith("!") else want)
+
+
+def test_limit_matching_nothing_names_the_groups(staging_inventory):
+    with pytest.raises(UsageError, match=r"matches no host or group.*slurm_compute"):
+        load_inventory(staging_inventory).select("nosuchgroup")
+
+
+def test_missing_inventory_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match=r"no hosts\.yml"):
+        load_inventory(tmp_path)
+
+
+# ------------------------------------------------------------------ expectations
+
+
+def test_expectations_come_from_plan_and_renderer(doc):
+    loaded, plan = loaded_example("staging")
+    spec = loaded.spec
+    rendered = render_all(spec, plan, cabling=False)
+    for name in ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf"):
+        assert doc["slurm"]["files"][name]["sha256"] == hashlib.sha256(rendered[name].encode()).hexdigest()
+    # topology: every plan switch, with its nodes expanded
+    assert [s["name"] for s in doc["slurm"]["switches"]] == [s.name for s in plan.slurm_switches]
+    for sw, want in zip(doc["slurm"]["switches"], plan.slurm_switches, strict=True):
+        assert sw["level"] == want.level
+        assert sw["nodes"] == sorted(n for e in want.nodes for n in hostlist.expand_hostlist(e))
+    g = spec.group("gpu")
+    gpu = spec.parts.gpus[g.gpu]
+    for h in g.hosts:
+        assert doc["slurm"]["nodes"][h]["gres"] == f"gpu:{gpu.slurm_type}:{g.gpus_per_node}"
+        assert doc["hosts"][h]["gpu"]["count"] == g.gpus_per_node
+        assert doc["hosts"][h]["hcas"] == plan.hcas(g)
+    conf_name, _ = nccl_file_for(spec, plan, g)
+    assert doc["nccl"]["gpu"]["conf"]["sha256"] == hashlib.sha256(rendered[conf_name].encode()).hexdigest()
+    assert doc["flash"]["mount"] == spec.storage.flash.mount
+    assert doc["nfs"][0]["exports"][0]["options"] == spec.storage.nfs[0].exports[0].options
+    assert doc["fabric"]["roce"]["pfc_priority"] == spec.fabric.roce.pfc_priority
+
+
+def test_expectations_carry_the_munge_key_hash_never_the_key(staging_inventory, doc):
+    inv = load_inventory(staging_inventory)
+    key = (Path(inv.vars["gpucluster_secrets_dir"]) / "munge.key").read_bytes()
+    assert doc["munge"]["key_sha256"] == hashlib.sha256(key).hexdigest()
+    text = json.dumps(doc)
+    assert key.hex() not in text and key[:64].decode("latin-1") not in text
+
+
+def test_staging_profile_differences_are_listed(doc):
+    diffs = {d["key"]: d for d in doc["slurm"]["profile_differences"]}
+    assert diffs["ProctrackType"] == {"key": "ProctrackType", "production": "proctrack/cgroup",
+                                      "rendered": "proctrack/linuxproc"}
+    assert diffs["TaskPlugin"]["production"] == "task/cgroup,task/affinity"
+
+
+def test_production_profile_has_no_differences():
+    loaded, plan = loaded_example("meta-24k-roce")
+    assert expect.profile_differences(loaded.spec, plan) == []
+
+
+def test_pins_and_sysctls_come_from_role_defaults(doc):
+    roles = Path(__file__).resolve().parent.parent / "roles"
+    if not (roles / "slurm_common" / "defaults" / "main.yml").exists():
+        pytest.skip("roles/ not in this checkout")
+    slurm = yaml.safe_load((roles / "slurm_common" / "defaults" / "main.yml").read_text())["slurm_common_version"]
+    common = yaml.safe_load((roles / "common" / "defaults" / "main.yml").read_text())["common_sysctls"]
+    assert doc["packages"]["slurm_compute"]["slurmd"] == slurm
+    assert doc["sysctls"]["all"] == {k: str(v) for k, v in common.items()}
+
+
+def test_inventory_overrides_a_pin(staging_inventory):
+    inv = load_inventory(staging_inventory)
+    inv.vars["munge_version"] = "9.9-override"
+    d = expect.build(inv, expect.Options(thresholds=load_thresholds(None)))
+    assert d["packages"]["slurm_compute"]["munge"] == "9.9-override"
+
+
+# ------------------------------------------------------------------ parametrization
+
+
+def _collect(doc: dict, tmp_path: Path, *args: str) -> list[str]:
+    p = tmp_path / "exp.json"
+    p.write_text(json.dumps(doc))
+    out = subprocess.run([sys.executable, "-m", "pytest", str(CHECKS_DIR), "-c", str(CHECKS_DIR / "pytest.ini"),
+                          f"--rootdir={CHECKS_DIR}", f"--gpc-expect={p}", "--collect-only", "-q", "-p", "no:xdist",
+                          *args], capture_output=True, text=True, check=False, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return [line for line in out.stdout.splitlines() if "::" in line]
+
+
+def test_one_test_per_item_grouped_by_inventory_group(doc, tmp_path):
+    ids = _collect(doc, tmp_path)
+    assert "test_slurm.py::test_node_gres[slurm_compute:gpu02]" in ids
+    assert "test_common.py::test_service_active[slurm_compute:gpu02:slurmd]" in ids
+    assert "test_common.py::test_service_active[slurm_controller:ctl01:slurmctld]" in ids
+    assert "test_common.py::test_service_active[slurm_dbd:ctl01:slurmdbd]" in ids
+    assert "test_security.py::test_slurmdbd_password_file_private[slurm_dbd:ctl01]" in ids
+    # topology: one test per plan switch
+    _loaded, plan = loaded_example("staging")
+    for sw in plan.slurm_switches:
+        assert f"test_slurm.py::test_topology_switch[slurm_controller:ctl01:{sw.name}]" in ids
+    # config files: one per (Slurm host, file)
+    for host in ("ctl01", "gpu01"):
+        assert any(i.endswith(f":{host}:slurm.conf]") for i in ids)
+    assert not any(":flash01:slurm.conf]" in i for i in ids)  # storage nodes carry no Slurm config
+    # NCCL all_reduce: once per node group, on its first node
+    assert [i for i in ids if "test_nccl_all_reduce_busbw" in i] == [
+        "test_hardware.py::test_nccl_all_reduce_busbw[gpu_nvidia:gpu01:all_reduce]"]
+    # every id names group and host
+    assert all(lib.Target is not None and "[" in i and ":" in i.split("[")[1] for i in ids)
+
+
+def test_hosts_option_limits_collection(doc, tmp_path):
+    ids = _collect(doc, tmp_path, "--gpc-hosts=gpu03")
+    assert ids and all(":gpu03" in i for i in ids)
+    assert "test_hardware.py::test_nccl_all_reduce_busbw[gpu_nvidia:gpu03:all_reduce]" in ids
+
+
+def test_local_mode_collects_only_this_node(doc, tmp_path):
+    ids = _collect(doc, tmp_path, "--gpc-mode=local", "--gpc-me=gpu02", "--gpc-hosts=gpu02",
+                   "--gpc-peers=gpu01,gpu02,gpu03,gpu04")
+    assert ids and all(":gpu02" in i for i in ids)
+    assert not any("test_nccl_all_reduce_busbw" in i for i in ids)  # gpu01 runs it for the group
+
+
+def test_pytest_command_uses_xdist_by_host_only_when_parallel(tmp_path):
+    one = pytest_command(tmp_path / "e.json", ["a", "b"], 1, tmp_path / "j.xml", "/tmp/x")
+    four = pytest_command(tmp_path / "e.json", ["a", "b"], 4, tmp_path / "j.xml", "/tmp/x")
+    assert "no:xdist" in one and "-n" not in one
+    assert four[four.index("-n") + 1] == "4" and four[four.index("--dist") + 1] == "loadgroup"
+    assert default_workers(1) == 1 and 1 <= default_workers(100) <= 32
+
+
+# ------------------------------------------------------------------ helpers that run on nodes
+
+
+@pytest.mark.parametrize("expr", ["gpu[01-04]", "gpu01", "gpu[01-02,07],ctl01", "r[1-2]n[01-03]",
+                                  "leaf[00001-00002]", "a[8-11]"])
+def test_hostlist_expansion_matches_python_hostlist(expr):
+    assert lib.expand_hostlist(expr) == hostlist.expand_hostlist(expr)
+
+
+def test_scontrol_records_and_states():
+    text = ("NodeName=gpu01 Arch=x86_64 CoresPerSocket=1 Gres=gpu:h100:4(S:0) State=IDLE ThreadsPerCore=1\n"
+            "NodeName=gpu02 Arch=x86_64 Gres=gpu:h100:4 State=DOWN* "
+            "Reason=Not responding [slurm@2026-01-01T00:00:00]\n")
+    recs = {r["NodeName"]: r for r in lib.parse_scontrol_records(text)}
+    assert lib.parse_gres(recs["gpu01"]["Gres"]) == ["gpu:h100:4"]
+    assert recs["gpu02"]["Reason"].startswith("Not responding")
+    assert lib.node_state_ok("IDLE")[0] and lib.node_state_ok("ALLOCATED")[0] and lib.node_state_ok("MIXED")[0]
+    for bad in ("DOWN*", "IDLE*", "IDLE+DRAIN", "DOWN", "ALLOCATED+DRAIN", "UNKNOWN*", "IDLE+NOT_RESPONDING"):
+        assert not lib.node_state_ok(bad)[0], bad
+    topo = ("SwitchName=leaf00001 Level=0 LinkSpeed=1 Nodes=gpu[01-02]\n"
+            "SwitchName=spine Level=1 LinkSpeed=1 Switches=leaf[00001-00002]\n")
+    sw = {r["SwitchName"]: r for r in lib.parse_scontrol_records(topo)}
+    assert lib.expand_hostlist(sw["spine"]["Switches"]) == ["leaf00001", "leaf00002"]
+    conf = lib.parse_show_config("ProctrackType           = proctrack/linuxproc\nPrologFlags             = (null)\n")
+    assert conf == {"ProctrackType": "proctrack/linuxproc"}
+
+
+def test_busbw_parsing():
+    out = ("#       size         count      type   redop    root     time   algbw   busbw #wrong ...\n"
+           "  8589934592    2147483648     float     sum      -1    37012  232.08  406.14      0 ...\n"
+           "# Avg bus bandwidth    : 406.14\n")
+    assert lib.max_busbw(out) == pytest.approx(406.14)
+    assert lib.parse_busbw(out) == pytest.approx(406.14)
+
+
+# ------------------------------------------------------------------ thresholds
+
+
+def test_threshold_table_defaults_and_override(tmp_path):
+    table = load_thresholds(None)
+    assert threshold_for(table, "h100-sxm5-80g", "infiniband", 8).busbw == 460
+    assert threshold_for(table, "h200-sxm-141g", "roce", 8).busbw == 431
+    assert threshold_for(table, "mi300x", "roce", 8).busbw == 314
+    assert threshold_for(table, "h100-sxm5-80g", "roce", 4) is None
+    f = tmp_path / "t.yaml"
+    f.write_text("nccl_busbw_gbps:\n  - {gpu: h100-sxm5-80g, fabric: roce, gpus: 8, busbw: 400}\n"
+                 "  - {gpu: h100-sxm5-80g, gpus: 4, busbw: 200}\n")
+    table = load_thresholds(f)
+    assert threshold_for(table, "h100-sxm5-80g", "roce", 8).busbw == 400  # exact fabric beats '*'
+    assert threshold_for(table, "h100-sxm5-80g", "infiniband", 8).busbw == 460
+    assert threshold_for(table, "h100-sxm5-80g", "infiniband", 4).busbw == 200
+    assert len(DEFAULTS) == 3
+
+
+@pytest.mark.parametrize("text", ["nope: 1\n", "nccl_busbw_gbps:\n  - {gpu: x}\n",
+                                  "nccl_busbw_gbps:\n  - {gpu: x, gpus: 8, busbw: 1, fabric: ethernet}\n"])
+def test_bad_threshold_file_is_a_usage_error(tmp_path, text):
+    f = tmp_path / "t.yaml"
+    f.write_text(text)
+    with pytest.raises(UsageError, match="nccl_busbw_gbps"):
+        load_thresholds(f)
+
+
+# ------------------------------------------------------------------ reports
+
+
+_FAKE_SUITE = '''
+import pytest
+
+@pytest.mark.parametrize("t", ["slurm_compute:gpu01:slurmd", "slurm_compute:gpu02:slurmd"])
+def test_service_active(t):
+    if "gpu02" in t:
+        pytest.fail("gpu02: service slurmd is inactive, expected active\\nlast 25 journal lines of slurmd: ...",
+                    pytrace=False)
+
+@pytest.mark.parametrize("t", ["gpu_nvidia:gpu01", "gpu_nvidia:gpu02"])
+def test_gpu_count_and_model(t):
+    pytest.skip(t.split(":")[1] + ": no GPU: /dev/nvidia0 is a stand-in")
+
+@pytest.mark.parametrize("t", ["slurm_controller:ctl01:ProctrackType"])
+def test_production_profile(t):
+    pytest.xfail("staging profile: ProctrackType=proctrack/linuxproc, production has proctrack/cgroup")
+
+@pytest.mark.parametrize("t", ["all:ctl01:ssh", "all:flash01:ssh"])
+def test_ssh(t):
+    pass
+'''
+
+
+@pytest.fixture(scope="module")
+def junit(tmp_path_factory) -> Path:
+    tmp_path = tmp_path_factory.mktemp("junit")
+    (tmp_path / "test_fake.py").write_text(_FAKE_SUITE)
+    out = tmp_path / "fake.xml"
+    subprocess.run([sys.executable, "-m", "pytest", str(tmp_path / "test_fake.py"), f"--junitxml={out}", "-q",
+                    "-p", "no:cacheprovider", "-p", "no:xdist", f"--rootdir={tmp_path}", "-c", os.devnull],
+                   capture_output=True, check=False, cwd=tmp_path)
+    return out
+
+
+def test_junit_parsed_into_group_host_outcome(junit):
+    results = report.parse_junit(junit, "ssh")
+    by = {(r.test, r.host): r for r in results}
+    assert by[("test_service_active", "gpu02")].outcome == "failed"
+    assert by[("test_service_active", "gpu02")].group == "slurm_compute"
+    assert "journal" in by[("test_service_active", "gpu02")].message
+    assert by[("test_gpu_count_and_model", "gpu01")].outcome == "skipped"
+    assert by[("test_production_profile", "ctl01")].outcome == "differs"
+    assert by[("test_ssh", "flash01")].outcome == "passed"
+
+
+def test_summary_puts_failing_hosts_first_and_lists_skip_reasons(junit):
+    rep = report.Report(results=report.parse_junit(junit), seconds=1.5, title="gpucluster validate staging")
+    text = report.summary_text(rep)
+    lines = text.splitlines()
+    assert lines[0].startswith("gpucluster validate staging: 7 checks on 4 hosts")
+    assert "FAILING HOSTS (1):" in text and "  gpu02: 1 failed" in text
+    assert text.index("gpu02: 1 failed") < text.index("group")
+    # one skip reason covering both hosts, with the host name taken out
+    assert "2 x no GPU: /dev/nvidia0 is a stand-in  (gpu01, gpu02)" in text
+    assert "differs from production" in text and "ProctrackType=proctrack/linuxproc" in text
+    assert lines[-1].startswith("FAILED: 1 failed check(s) on 1 host(s)")
+    assert len(lines) < 40  # one screen
+
+
+def test_html_report_is_self_contained_and_escaped(junit):
+    results = report.parse_junit(junit)
+    results[0].message = "<script>alert(1)</script>"
+    rep = report.Report(results=results, seconds=1.0, title="t")
+    html = report.render_html(rep).lower()
+    assert "<script>alert" not in html and "&lt;script&gt;" in html
+    assert "http://" not in html and "https://" not in html  # nothing fetched from elsewhere
+    assert html.index('id="host-gpu02"') < html.index('id="host-ctl01"')  # failing hosts first
+
+
+def test_merge_junit_sums_suites(junit, tmp_path):
+    out = report.merge_junit([(junit, "ssh"), (junit, "slurm:gpu01")], tmp_path / "merged.xml")
+    root = ET.parse(out).getroot()
+    assert root.tag == "testsuites" and int(root.get("tests")) == 14 and int(root.get("failures")) == 2
+    assert [s.get("name") for s in root.iter("testsuite")] == ["ssh", "slurm:gpu01"]
+    assert len(report.parse_junit(out)) == 14
+
+
+def test_missing_node_result_becomes_a_failure_naming_the_host(tmp_path):
+    p = tmp_path / "gpu03.xml"
+    viaslurm._missing_result(p, "gpu03", "no result from the Slurm job(s) 12")
+    (r,) = report.parse_junit(p)
+    assert (r.host, r.outcome) == ("gpu03", "failed") and "gpu03" in r.message
+
+
+# ------------------------------------------------------------------ --via-slurm pieces
+
+
+def test_slurm_time_and_states():
+    assert viaslurm._seconds("20:00") == 1200 and viaslurm._seconds("1-00:00:00") == 86400
+    assert viaslurm._seconds("5") == 300
+    assert viaslurm.usable("idle") and viaslurm.usable("mix") and viaslurm.usable("alloc")
+    assert not viaslurm.usable("down*") and not viaslurm.usable("drain") and not viaslurm.usable("idle*")
+
+
+def test_bundle_has_the_suite_and_no_connection_details(doc):
+    data = viaslurm.bundle_bytes(doc)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        names = tar.getnames()
+        shipped = json.loads(tar.extractfile("expectations.json").read())
+    assert "checks/conftest.py" in names and "checks/gpc_node.py" in names and "checks/pytest.ini" in names
+    assert any(n.startswith("site/_pytest/") for n in names) and any(n.startswith("site/testinfra/") for n in names)
+    assert not any("__pycache__" in n for n in names)
+    assert all("ssh" not in h for h in shipped["hosts"].values())
+    assert len(data) < 5 * 1024 * 1024
+
+
+def test_bundle_runs_with_the_system_python(doc, tmp_path):
+    """What a node does in the Slurm job: plain python3 (no venv), the bundle's own pytest + testinfra,
+    the local backend. Here this machine plays a node in no group but 'all'."""
+    py = shutil.which("python3", path="/usr/bin")
+    if not py:
+        pytest.skip("no /usr/bin/python3 on this machine")
+    doc = {**doc, "hosts": {**doc["hosts"], "thisnode": {"groups": [], "node_group": None, "hcas": []}},
+           "selected": ["thisnode"]}
+    with tarfile.open(fileobj=io.BytesIO(viaslurm.bundle_bytes(doc))) as tar:
+        tar.extractall(tmp_path / "b", filter="data")
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURMD_NODENAME": "thisnode"}
+    out = subprocess.run([py, "-I", str(tmp_path / "b/checks/gpc_node.py"), str(tmp_path / "b"), "thisnode",
+                          "-k", "test_time_sync"], capture_output=True, text=True, env=env, check=False, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (r,) = report.parse_junit(tmp_path / "b/results/thisnode.xml")
+    assert (r.test, r.host, r.group) == ("test_time_sync", "thisnode", "all")
+    assert r.outcome in ("passed", "skipped", "failed")  # it ran; the verdict depends on this machine's clock
+    assert not list((tmp_path / "b").rglob("__pycache__"))  # nothing written into the shared tier but results
+
+
+# ------------------------------------------------------------------ CLI
+
+
+def test_cli_usage_errors_exit_2(tmp_path, staging_inventory, capsys):
+    from gpucluster.cli import main
+
+    assert main(["validate", str(tmp_path / "nope")]) == 2
+    assert "no such inventory" in capsys.readouterr().err
+    assert main(["validate", str(staging_inventory), "--limit", "nosuch"]) == 2
+    assert "matches no host or group" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["validate", str(staging_inventory), "-n", "0"])
