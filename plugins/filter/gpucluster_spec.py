@@ -104,7 +104,10 @@ def storage_facts(spec_path: str) -> dict:
             "client_groups": _client_groups(spec, tier.client_groups),
             "exports": exports,
         })
-    return {"cluster": spec.name, "flash": flash, "nfs": nfs}
+    # One entry per (tier, export): what a client mounts, with the tier it belongs to.
+    mounts = [{**e, "tier": tier["name"], "server": tier["server"], "client_groups": tier["client_groups"]}
+              for tier in nfs for e in tier["exports"]]
+    return {"cluster": spec.name, "flash": flash, "nfs": nfs, "nfs_mounts": mounts}
 
 
 def fabric_facts(spec_path: str) -> dict:

@@ -34,8 +34,13 @@ def stage_nodes(spec, plan) -> list:
             else:
                 devices = tuple(f"/dev/nvidia{i}" for i in range(group.gpus_per_node))
         fuse = "flash_client" in member_of or "flash_chunk" in member_of or "flash_meta" in member_of
+        # NFS-Ganesha's VFS FSAL exports through file handles: open_by_handle_at needs DAC_READ_SEARCH,
+        # and the container's overlayfs root gives no handles, so each export path is a tmpfs here.
+        nfs_exports = tuple(e.path for n in spec.storage.nfs if n.server_group == group.name for e in n.exports)
+        caps = ("DAC_READ_SEARCH",) if nfs_exports else ()
         for host in group.hosts:
-            nodes.append(StageNode(name=host, groups=member_of, gpu_devices=devices, fuse=fuse))
+            nodes.append(StageNode(name=host, groups=member_of, gpu_devices=devices, fuse=fuse,
+                                   caps=caps, tmpfs=nfs_exports))
     return nodes
 
 
