@@ -166,8 +166,9 @@ def _rule(expect: Expectation, field: str) -> str:
 
 def failure_message(props: dict, results: list[NodeResult], action: str) -> str:
     failed = [r for r in results if r.problems]
+    batch = results[0].host if len(results) == 1 else f"{results[0].host} … {results[-1].host}"
     lines = [f"node group '{props['group']}' ({props['target']}): {len(failed)} of {len(results)} node(s) "
-             f"cannot be {action}; this batch ({results[0].host} … {results[-1].host}) was not {action}:"]
+             f"cannot be {action}; this batch ({batch}) was not {action}:"]
     for r in failed[:MAX_LISTED]:
         lines.append(f"  {r.host} ({r.target.where}):")
         lines += [f"    {p}" for p in r.problems or []]

@@ -94,11 +94,10 @@ def file_hashes(files: dict) -> dict[str, str]:
 # ---------------------------------------------------------------- reading back
 
 
-def _pulumi() -> str:
+def _pulumi(otherwise: str = "") -> str:
     exe = shutil.which("pulumi")
     if exe is None:
-        raise UsageError(f"the Pulumi CLI is not on PATH: {INSTALL_HINT}; "
-                         "without it, write the inventory from the spec: gpucluster inventory SPEC -o DIR")
+        raise UsageError(f"the Pulumi CLI is not on PATH: {INSTALL_HINT}" + (f"; {otherwise}" if otherwise else ""))
     return exe
 
 
@@ -114,9 +113,9 @@ def project_root(start: Path | None = None) -> Path:
     raise UsageError("no Pulumi.yaml in this folder or above it: run this in the gpucluster checkout")
 
 
-def stack_output(stack: str, name: str, *, show_secrets: bool = False):
-    """One stack output as JSON data, through `pulumi stack output`."""
-    exe = _pulumi()
+def stack_output(stack: str, name: str, *, show_secrets: bool = False, otherwise: str = ""):
+    """One stack output as JSON data, through `pulumi stack output`. `otherwise`: what to do without the CLI."""
+    exe = _pulumi(otherwise)
     cmd = [exe, "stack", "output", "--stack", stack, "--json", f"--show-secrets={'true' if show_secrets else 'false'}",
            name]
     try:
@@ -167,7 +166,8 @@ def write_inventory_data(outdir: Path, data: dict) -> Path:
 
 def inventory_from_stack(stack: str, outdir: Path) -> Path:
     """`gpucluster inventory --pulumi-stack NAME -o DIR`: the inventory `pulumi up` exported."""
-    text = stack_output(stack, "inventory")
+    text = stack_output(stack, "inventory", otherwise="without it, write the inventory from the spec: "
+                                                      "gpucluster inventory SPEC -o DIR")
     try:
         data = json.loads(text) if isinstance(text, str) else None
     except ValueError:

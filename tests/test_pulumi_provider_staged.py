@@ -1,0 +1,190 @@
+"""The enrollment provider's create/read/delete, called directly against real staged nodes over SSH.
+
+The nodes are podman containers from `gpucluster.stage` (systemd, sshd, the cluster's own key pair and
+known_hosts, four stand-in /dev/nvidiaN device files each). The provider is called exactly as the
+engine's dynamic-provider process calls it, with the properties the program builds for the staging
+example. Outside CI a missing podman skips; with CI set it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import example_data, skip_or_fail
+
+from gpucluster.deploy.enroll import MARKER, node_entry
+from gpucluster.deploy.nodes import expectation
+from gpucluster.deploy.provider import EnrollmentProvider
+from gpucluster.fabric import plan_cluster
+from gpucluster.spec import load_spec
+
+pytestmark = pytest.mark.staged
+
+GPUS = 4  # stand-in device files per staged node
+NODES = ("gpu01", "gpu02", "gpu03")
+
+
+@pytest.fixture(scope="module")
+def staged(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    if shutil.which("podman") is None:
+        skip_or_fail("podman is not installed (scripts/stage-deps.sh installs it)")
+    from gpucluster.stage.podman import StageConfig, StageNode, down, up
+
+    cfg = StageConfig(cluster=f"pp{os.getpid()}-{secrets.token_hex(3)}",
+                      state_dir=tmp_path_factory.mktemp("stage") / "state")
+    request.addfinalizer(lambda: down(cfg, log=lambda _m: None))  # first: runs even if up() fails half-way
+    devices = tuple(f"/dev/nvidia{i}" for i in range(GPUS))
+    t0 = time.monotonic()
+    sc = up(cfg, [StageNode(n, ("slurm_compute",), gpu_devices=devices) for n in NODES], log=lambda _m: None)
+    print(f"staged {len(NODES)} nodes in {time.monotonic() - t0:.1f}s")
+    return cfg, sc
+
+
+def _spec(tmp_path: Path, gpus_per_node: int):
+    data = example_data("staging")
+    gpu = next(g for g in data["node_groups"] if g["name"] == "gpu")
+    gpu["gpus_per_node"] = gpus_per_node
+    if gpus_per_node not in (4, 8):  # the catalog's H100 platforms have 4 or 8
+        raise ValueError(gpus_per_node)
+    import yaml
+
+    path = tmp_path / f"staging-{gpus_per_node}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    loaded = load_spec(path)
+    return loaded, plan_cluster(loaded.spec)
+
+
+def _props(staged, tmp_path: Path, hosts: tuple[str, ...], *, gpus_per_node: int = GPUS, stack: str = "pytest",
+           known_hosts: Path | None = None) -> dict:
+    _cfg, sc = staged
+    loaded, plan = _spec(tmp_path, gpus_per_node)
+    group = loaded.spec.group("gpu")
+    return {
+        "cluster": loaded.spec.name, "group": "gpu", "target": "staging", "spec": str(loaded.source),
+        "owner": {"project": "gpucluster", "stack": stack},
+        "expect": expectation(loaded, plan, group, "staging").as_dict(),
+        "nodes": [node_entry(h, *sc.nodes[h]) for h in hosts],
+        "ssh": {"user": sc.ssh_user, "known_hosts": str(known_hosts or sc.known_hosts), "key_path": str(sc.ssh_key),
+                "timeout": 15},
+        "parallel": 4,
+    }
+
+
+def _exec(staged, node: str, *cmd: str) -> subprocess.CompletedProcess[str]:
+    cfg, _sc = staged
+    from gpucluster.stage.podman import container_name
+
+    return subprocess.run(["podman", "exec", container_name(cfg, node), *cmd], capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def _marker(staged, node: str) -> dict | None:
+    res = _exec(staged, node, "cat", MARKER)
+    return json.loads(res.stdout) if res.returncode == 0 and res.stdout.strip() else None
+
+
+def test_matching_node_enrolls_and_is_released(staged, tmp_path: Path) -> None:
+    props = _props(staged, tmp_path, ("gpu01",))
+    prov = EnrollmentProvider()
+    t0 = time.monotonic()
+    created = prov.create(props)
+    took = time.monotonic() - t0
+    print(f"create of 1 staged node: {took:.2f}s")
+    facts = json.loads(created.outs["facts"]["gpu01"])
+    assert (created.outs["enrolled"], facts["gpus"], facts["gpu_source"]) == (1, GPUS, "device files")
+    assert facts["gpu_devices"] == [f"/dev/nvidia{i}" for i in range(GPUS)]
+    assert facts["hostname"] == "gpu01"
+    assert created.outs["drift"] == {}
+    assert created.id == "pytest/gpu/gpu01"
+    marker = _marker(staged, "gpu01")
+    assert marker is not None
+    assert {k: marker[k] for k in ("project", "stack", "cluster", "group")} == {
+        "project": "gpucluster", "stack": "pytest", "cluster": "staging", "group": "gpu"}
+
+    prov.delete(created.id, created.outs)
+    assert _marker(staged, "gpu01") is None
+    assert _exec(staged, "gpu01", "test", "-e", "/dev/nvidia0").returncode == 0  # nothing else touched
+
+
+def test_eight_gpus_declared_four_device_files_fails_naming_the_field(staged, tmp_path: Path) -> None:
+    props = _props(staged, tmp_path, ("gpu01",), gpus_per_node=8)
+    with pytest.raises(Exception) as err:
+        EnrollmentProvider().create(props)
+    text = str(err.value)
+    print(text)
+    assert "gpu01" in text
+    assert "node_groups[1].gpus_per_node: the spec says 8, the node has 4" in text
+    assert "device files /dev/nvidia0 /dev/nvidia1 /dev/nvidia2 /dev/nvidia3" in text
+    assert "staging-8.yaml:" in text  # the spec file and line to change
+    assert "Traceback" not in text
+    assert _marker(staged, "gpu01") is None  # a failed batch leaves no trace on the machine
+
+
+def test_changed_node_shows_drift_on_read(staged, tmp_path: Path) -> None:
+    props = _props(staged, tmp_path, ("gpu02", "gpu03"))
+    prov = EnrollmentProvider()
+    t0 = time.monotonic()
+    created = prov.create(props)
+    print(f"create of 2 staged nodes: {time.monotonic() - t0:.2f}s")
+    try:
+        unchanged = prov.read(created.id, created.outs)
+        assert unchanged.outs["drift"] == {}
+        assert unchanged.outs["facts"] == created.outs["facts"]
+
+        assert _exec(staged, "gpu02", "rm", "-f", "/dev/nvidia3").returncode == 0  # a GPU fell off the bus
+        read = prov.read(created.id, created.outs)
+        assert set(read.outs["drift"]) == {"gpu02"}
+        lines = read.outs["drift"]["gpu02"]
+        assert "gpus: 4 -> 3" in lines
+        assert any(line.startswith("no longer matches the spec: node_groups[1].gpus_per_node") for line in lines)
+        assert json.loads(read.outs["facts"]["gpu02"])["gpus"] == 3
+        assert read.id == created.id
+    finally:
+        _exec(staged, "gpu02", "mknod", "-m", "666", "/dev/nvidia3", "c", "1", "3")
+        prov.delete(created.id, created.outs)
+
+
+def test_marker_of_another_stack_is_refused_and_left_alone(staged, tmp_path: Path) -> None:
+    prov = EnrollmentProvider()
+    ours = prov.create(_props(staged, tmp_path, ("gpu03",), stack="first"))
+    try:
+        with pytest.raises(Exception, match=r"already enrolled by project gpucluster, stack first"):
+            prov.create(_props(staged, tmp_path, ("gpu03",), stack="second"))
+        prov.delete("x", _props(staged, tmp_path, ("gpu03",), stack="second"))  # not its marker: kept
+        assert _marker(staged, "gpu03")["stack"] == "first"
+    finally:
+        prov.delete(ours.id, ours.outs)
+    assert _marker(staged, "gpu03") is None
+
+
+@pytest.mark.parametrize("entry", ["other-node-key", "no-entry"])
+def test_wrong_host_key_is_refused(staged, tmp_path: Path, entry: str) -> None:
+    _cfg, sc = staged
+    keys = dict(line.split(" ", 1) for line in sc.known_hosts.read_text().splitlines())
+    target = f"[127.0.0.1]:{sc.nodes['gpu01'][1]}"
+    other = f"[127.0.0.1]:{sc.nodes['gpu02'][1]}"
+    wrong = tmp_path / "known_hosts"
+    wrong.write_text(f"{target} {keys[other]}\n" if entry == "other-node-key" else f"{other} {keys[other]}\n")
+    props = _props(staged, tmp_path, ("gpu01",), known_hosts=wrong)
+    with pytest.raises(Exception) as err:
+        EnrollmentProvider().create(props)
+    text = str(err.value)
+    print(text)
+    assert f"host key refused: {target}" in text
+    assert ("offered ssh-ed25519" in text) if entry == "other-node-key" else ("is not in" in text)
+    assert _marker(staged, "gpu01") is None
+    assert wrong.read_text().count("\n") == 1  # nothing was added to known_hosts
+
+
+def test_delete_of_an_unreachable_node_does_not_fail(staged, tmp_path: Path) -> None:
+    props = _props(staged, tmp_path, ("gpu01",))
+    props["nodes"] = [node_entry("gpu01", "127.0.0.1", 9)]  # discard port: nothing listens
+    props["ssh"]["timeout"] = 3
+    EnrollmentProvider().delete("pytest/gpu/gpu01", props)
