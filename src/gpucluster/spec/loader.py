@@ -181,7 +181,17 @@ def _fix(kind: str, err: dict) -> str:
         return f"use one of {ctx.get('expected')}"
     if kind == "too_short":
         return "add at least one entry"
-    return ""
+    if kind in ("string_too_long", "too_long"):
+        return "shorten it"
+    if kind == "string_too_short":
+        return "give it a value"
+    if kind == "int_parsing_size":
+        return "use a smaller number"
+    if kind == "int_from_float":
+        return "use a whole number"
+    if kind == "invalid_key":
+        return "write the key as text"
+    return "change the value (docs/spec.md describes each field)"  # every finding carries a fix
 
 
 def _line(lines: dict[tuple, int], loc: tuple) -> int | None:
