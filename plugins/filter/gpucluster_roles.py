@@ -1,0 +1,190 @@
+"""Filters for the common, munge and slurm_* roles: computed values in Python, not Jinja branches.
+
+Each filter takes plain data and returns plain data; tests/test_roles_static.py covers them.
+
+  gpucluster_etc_hosts(hosts, hostvars, if)  /etc/hosts lines for inventory hosts: {lines, missing}
+  gpucluster_is_container(facts)             True when Ansible's facts say the node is a container
+  gpucluster_slurm_restart_reasons(results)  why a config change needs a daemon restart ([] = reconfigure)
+  gpucluster_failed_checks(checks)           messages of failed preflight checks [{ok, msg}, ...]
+  gpucluster_slurm_node_state(sinfo_line)    {state, reason, responding, usable, mismatch} of one node
+  gpucluster_pin(packages, version)          ["pkg=version", ...] (or the bare names when version is '')
+  gpucluster_file_map(names, src, dest)      {dest/name: text of src/name} read on the controller, bytes kept
+  gpucluster_apt_pin(version, pkgs, path)    {path: apt preferences pin text} ({} when version is '')
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+CONTAINER_TYPES = {"podman", "docker", "container", "containerd", "lxc", "openvz", "systemd-nspawn", "wsl"}
+
+
+def etc_hosts(hosts: Iterable[str], hostvars: Mapping[str, Any], interface: str = "") -> dict:
+    """`ADDRESS NAME` for every host whose facts give an IPv4 address on `interface` (default route
+    when empty); hosts without facts this run (unreachable) are listed in `missing`."""
+    lines, missing = [], []
+    for host in sorted(set(hosts)):
+        facts = (hostvars.get(host) or {}).get("ansible_facts") or {}
+        if interface:
+            addr = ((facts.get(interface.replace("-", "_")) or {}).get("ipv4") or {}).get("address")
+        else:
+            addr = (facts.get("default_ipv4") or {}).get("address")
+        if addr:
+            lines.append(f"{addr} {host}")
+        else:
+            missing.append(host)
+    return {"lines": lines, "missing": missing}
+
+
+def is_container(facts: Mapping[str, Any]) -> bool:
+    return (facts.get("virtualization_role") == "guest"
+            and str(facts.get("virtualization_type", "")).lower() in CONTAINER_TYPES)
+
+
+# slurm.conf parameters that `scontrol reconfigure` does not apply (slurm.conf(5), 22.05+: "requires
+# a restart"), plus those that name files, ports or plugins loaded once at start. Conservative: a
+# restart on a quiet cluster costs seconds, a missed one leaves daemons on different settings.
+RESTART_KEYS = frozenset(k.lower() for k in (
+    "AccountingStorageHost", "AccountingStoragePort", "AccountingStorageType", "AuthAltParameters",
+    "AuthAltTypes", "AuthInfo", "AuthType", "ClusterName", "CommunicationParameters", "ControlMachine",
+    "CredType", "GresTypes", "JobAcctGatherType", "LaunchType", "MpiDefault", "PluginDir", "PrologFlags",
+    "ProctrackType", "SelectType", "SelectTypeParameters", "SlurmctldHost", "SlurmctldParameters",
+    "SlurmctldPidFile", "SlurmctldPort", "SlurmdParameters", "SlurmdPidFile", "SlurmdPort",
+    "SlurmdSpoolDir", "SlurmdUser", "SlurmUser", "StateSaveLocation", "SwitchType", "TaskPlugin",
+    "TopologyPlugin",
+))
+_RESTART_FILES = {"cgroup.conf"}  # read by slurmd at start
+
+
+def slurm_conf_settings(text: str) -> tuple[dict[str, str], set[str]]:
+    """(scalar settings by lower-case key, NodeName lines) of a slurm.conf text."""
+    settings: dict[str, str] = {}
+    nodes: set[str] = set()
+    for raw in str(text).splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        key = key.strip().lower()
+        if key == "nodename":
+            nodes.add(" ".join(line.split()))
+        elif key not in ("partitionname", "nodeset", "downnodes", "frontendname", "include"):
+            settings[key] = value.strip()
+    return settings, nodes
+
+
+def slurm_conf_restart_reasons(before: str, after: str) -> list[str]:
+    old, old_nodes = slurm_conf_settings(before)
+    new, new_nodes = slurm_conf_settings(after)
+    reasons = [f"{key} changed" for key in sorted(RESTART_KEYS) if old.get(key) != new.get(key)]
+    if old_nodes != new_nodes:
+        reasons.append("node definitions (NodeName lines) changed")
+    return reasons
+
+
+def slurm_restart_reasons(result: Mapping[str, Any]) -> list[str]:
+    """Why the Slurm files a gpucluster_files task just installed need a daemon restart ([] = reconfigure).
+
+    Reads the task's standard diffs (before/after per file). A file that did not exist before is a
+    first install: the role starts the daemon afterwards, so that alone needs no restart.
+    """
+    if not isinstance(result, Mapping) or not result.get("changed"):
+        return []
+    diffs = result.get("diff") or []
+    if isinstance(diffs, Mapping):
+        diffs = [diffs]
+    by_name = {str(d.get("after_header") or d.get("before_header") or "").rsplit("/", 1)[-1]: d for d in diffs}
+    reasons: list[str] = []
+    for path in result.get("changed_files") or []:
+        name = str(path).rsplit("/", 1)[-1]
+        if name not in ("slurm.conf", *_RESTART_FILES):
+            continue
+        d = by_name.get(name)
+        if d is None or "before" not in d or "after" not in d:
+            reasons.append(f"{name} changed and its previous content is unknown")
+            continue
+        before, after = str(d["before"]), str(d["after"])
+        if not before.strip():
+            continue
+        if name == "slurm.conf":
+            reasons += slurm_conf_restart_reasons(before, after)
+        else:
+            reasons.append(f"{name} changed (read at daemon start)")
+    return reasons
+
+
+def apt_pin(version: str, packages: str, path: str, enabled: bool = True) -> dict[str, str]:
+    """{path: apt preferences text} holding `packages` (apt glob patterns) at `version`; {} when no pin."""
+    version = str(version or "").strip()
+    if not (enabled and version):
+        return {}
+    pin([], version)  # validates the version string
+    return {str(path): ("# Managed by Ansible (role slurm_common): these packages stay at the tested version;\n"
+                        "# change slurm_common_version to upgrade.\n"
+                        f"Package: {packages}\nPin: version {version}\nPin-Priority: 1001\n")}
+
+
+def file_map(names: Iterable[str], src_dir: str, dest_dir: str) -> dict[str, str]:
+    """{dest_dir/name: text of src_dir/name} for the names present in src_dir, read on the controller
+    byte for byte (no newline stripping, unlike the file lookup's default)."""
+    out: dict[str, str] = {}
+    for name in names:
+        src = Path(str(src_dir)) / str(name)
+        if src.is_file():
+            out[f"{str(dest_dir).rstrip('/')}/{name}"] = src.read_bytes().decode("utf-8")
+    return out
+
+
+# sinfo %t states of a node that cannot run jobs until something changes (a '*' suffix: not responding).
+BAD_NODE_STATES = frozenset({"unk", "down", "inval", "fail", "failg", "futr", "boot"})
+_MISMATCH = re.compile(r"(?i)differ|lower than|invalid|gres|low socket|low realmemory")
+
+
+def slurm_node_state(line: str) -> dict[str, Any]:
+    """Parse `sinfo --noheader --node N --format '%t|%E'`: {state, reason, responding, usable, mismatch}."""
+    first = str(line).strip().splitlines()[0] if str(line).strip() else ""
+    state, _, reason = first.partition("|")
+    base = re.sub(r"[^a-z]", "", state.lower())
+    responding = bool(state) and not state.endswith("*")
+    usable = responding and base not in BAD_NODE_STATES
+    mismatch = base.startswith("drain") or base.startswith("drng")
+    return {"state": state, "reason": reason.strip(), "responding": responding, "usable": usable,
+            "mismatch": bool(mismatch and _MISMATCH.search(reason or ""))}
+
+
+def failed_checks(checks: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Messages of the preflight checks that failed: [{ok: bool, msg: "what to change"}, ...].
+
+    One assert per role reports every problem at once instead of stopping at the first."""
+    failed = []
+    for check in checks:
+        ok = check.get("ok")
+        if isinstance(ok, str):
+            ok = ok.strip().lower() in ("true", "yes", "1")
+        if not ok:
+            failed.append(" ".join(str(check.get("msg", "a preflight check failed")).split()))
+    return failed
+
+
+def pin(packages: Iterable[str], version: str) -> list[str]:
+    version = str(version or "").strip()
+    if version and not re.match(r"^[0-9A-Za-z.+~:-]+$", version):
+        raise ValueError(f"package version {version!r} is not a Debian version string")
+    return [f"{p}={version}" if version else str(p) for p in packages]
+
+
+class FilterModule:
+    def filters(self) -> dict:
+        return {
+            "gpucluster_etc_hosts": etc_hosts,
+            "gpucluster_is_container": is_container,
+            "gpucluster_slurm_restart_reasons": slurm_restart_reasons,
+            "gpucluster_pin": pin,
+            "gpucluster_failed_checks": failed_checks,
+            "gpucluster_slurm_node_state": slurm_node_state,
+            "gpucluster_file_map": file_map,
+            "gpucluster_apt_pin": apt_pin,
+        }

@@ -1,0 +1,126 @@
+#!/usr/bin/python
+# ruff: noqa: E402  (Ansible modules put DOCUMENTATION and RETURN before the imports)
+"""A per-cluster secret file on the Ansible controller: generated once, or taken from a given value.
+
+Why a module: the secret must never pass through Ansible variables, task results or logs. This
+module writes it straight to a 0600 file in the cluster's secrets folder and returns only where it
+is and whether it changed; roles copy the file to nodes with no_log.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: gpucluster_secret
+short_description: Create a cluster secret file once (random), or write a provided value
+options:
+  path: {type: path, required: true, description: Secret file (its folder is created 0700).}
+  kind:
+    type: str
+    choices: [bytes, password]
+    default: bytes
+    description: C(bytes) for binary keys (munge), C(password) for URL-safe text passwords.
+  size: {type: int, default: 1024, description: Bytes (kind=bytes) or characters (kind=password) to generate.}
+  min_size: {type: int, default: 32, description: Shortest acceptable provided or existing secret (bytes).}
+  value_b64:
+    type: str
+    description: A provided secret, base64 (e.g. from a Pulumi secret). Written when it differs from the file.
+"""
+
+RETURN = r"""
+path: {type: str, returned: always, description: The secret file.}
+source: {type: str, returned: always, description: "generated, provided or existing (the value is never returned)."}
+"""
+
+import base64
+import binascii
+import os
+import secrets
+import string
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+_ALPHABET = string.ascii_letters + string.digits
+
+
+def generate(kind: str, size: int) -> bytes:
+    if kind == "password":
+        return "".join(secrets.choice(_ALPHABET) for _ in range(size)).encode("ascii")
+    return secrets.token_bytes(size)
+
+
+def write_secret(path: str, data: bytes) -> None:
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".secret-", dir=folder)  # mkstemp creates it 0600
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def ensure(path: str, kind: str, size: int, min_size: int, value_b64: str | None,
+           check_mode: bool = False) -> tuple[bool, str]:
+    """(changed, source). Raises ValueError with a message saying what to change."""
+    wanted = None
+    if value_b64:
+        try:
+            wanted = base64.b64decode(value_b64, validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError("the provided secret is not valid base64; pass the output of `base64 -w0 FILE`") from None
+        if len(wanted) < min_size:
+            raise ValueError(f"the provided secret has {len(wanted)} bytes; at least {min_size} are needed")
+    current = None
+    if os.path.exists(path):
+        with open(path, "rb") as fh:
+            current = fh.read()
+    changed = False
+    if wanted is not None:
+        if current != wanted:
+            changed = True
+            if not check_mode:
+                write_secret(path, wanted)
+        source = "provided"
+    elif current is None:
+        changed = True
+        if not check_mode:
+            write_secret(path, generate(kind, size))
+        source = "generated"
+    else:
+        if len(current) < min_size:
+            raise ValueError(f"{path} holds only {len(current)} bytes (at least {min_size} are needed); "
+                             "remove it to generate a new one, or provide a value")
+        source = "existing"
+    if not check_mode and os.path.exists(path) and (os.stat(path).st_mode & 0o777) != 0o600:
+        os.chmod(path, 0o600)
+        changed = True
+    return changed, source
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "path": {"type": "path", "required": True},
+            "kind": {"type": "str", "choices": ["bytes", "password"], "default": "bytes"},
+            "size": {"type": "int", "default": 1024},
+            "min_size": {"type": "int", "default": 32},
+            "value_b64": {"type": "str", "no_log": True},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        changed, source = ensure(p["path"], p["kind"], p["size"], p["min_size"], p["value_b64"], module.check_mode)
+    except (ValueError, OSError) as exc:
+        module.fail_json(msg=str(exc), path=p["path"])
+    module.exit_json(changed=changed, path=p["path"], source=source)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+#!/usr/bin/python
+# ruff: noqa: E402  (Ansible modules put DOCUMENTATION and RETURN before the imports)
+"""Kernel settings for large clusters: persisted in one sysctl.d file, applied where writable.
+
+Why not ansible.posix.sysctl: in a container most of /proc/sys is read-only, and a node must still
+converge (and say which settings it could not apply) instead of failing. One module call also
+replaces a loop of one task per key.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: gpucluster_sysctl
+short_description: Persist sysctls in one file and apply each one that the kernel lets us write
+options:
+  settings: {type: dict, required: true, description: "Key (dotted, e.g. net.core.somaxconn) to value."}
+  path: {type: path, default: /etc/sysctl.d/90-gpucluster.conf, description: File that persists them.}
+  header: {type: str, default: "", description: Comment placed at the top of the file.}
+  proc_root: {type: path, default: /proc/sys, description: Where the live values are (tests use a folder).}
+"""
+
+RETURN = r"""
+applied: {type: dict, returned: always, description: Keys written to the running kernel now (key to value).}
+readonly:
+  type: dict
+  returned: always
+  description: Keys whose live value differs but cannot be written here (key to live value), e.g. in a container.
+missing: {type: list, returned: always, description: Keys this kernel does not have.}
+"""
+
+import errno
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def normalise(value) -> str:
+    """sysctl prints vectors tab-separated; compare them whitespace-insensitively."""
+    return " ".join(str(value).split())
+
+
+def render_file(settings: dict, header: str) -> str:
+    lines = [f"# {line}".rstrip() for line in header.splitlines()] if header else []
+    lines += [f"{key} = {normalise(value)}" for key, value in sorted(settings.items())]
+    return "\n".join(lines) + "\n"
+
+
+def apply(settings: dict, proc_root: str, check_mode: bool) -> tuple[dict, dict, list]:
+    applied, readonly, missing = {}, {}, []
+    for key, value in sorted(settings.items()):
+        node = os.path.join(proc_root, *key.split("."))
+        try:
+            with open(node) as fh:
+                live = normalise(fh.read())
+        except FileNotFoundError:
+            missing.append(key)
+            continue
+        want = normalise(value)
+        if live == want:
+            continue
+        if not os.access(node, os.W_OK):
+            readonly[key] = live
+            continue
+        if check_mode:
+            applied[key] = want
+            continue
+        try:
+            with open(node, "w") as fh:
+                fh.write(want)
+        except OSError as exc:
+            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                readonly[key] = live
+                continue
+            raise
+        applied[key] = want
+    return applied, readonly, missing
+
+
+def write_if_changed(path: str, text: str, check_mode: bool) -> bool:
+    try:
+        with open(path) as fh:
+            if fh.read() == text:
+                return False
+    except FileNotFoundError:
+        pass
+    if check_mode:
+        return True
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".gpucluster-", dir=os.path.dirname(path))
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    return True
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "settings": {"type": "dict", "required": True},
+            "path": {"type": "path", "default": "/etc/sysctl.d/90-gpucluster.conf"},
+            "header": {"type": "str", "default": ""},
+            "proc_root": {"type": "path", "default": "/proc/sys"},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    file_changed = write_if_changed(p["path"], render_file(p["settings"], p["header"]), module.check_mode)
+    applied, readonly, missing = apply(p["settings"], p["proc_root"], module.check_mode)
+    module.exit_json(changed=file_changed or bool(applied), applied=applied, readonly=readonly, missing=missing,
+                     path=p["path"])
+
+
+if __name__ == "__main__":
+    main()
