@@ -117,14 +117,16 @@ def _key(props: dict):
     return ssh.load_key(t[0]) if t else None
 
 
-def _parallel(props: dict, fn: Callable[[ssh.SshTarget, object], NodeResult]) -> list[NodeResult]:
+def _parallel(props: dict, fn: Callable[[ssh.SshTarget, object], NodeResult], pkey=None) -> list[NodeResult]:
+    """fn(target, key) for every node of the batch, `parallel` at a time, results in batch order."""
     ts = targets(props)
     if not ts:
         return []
-    try:
-        pkey = _key(props)
-    except ssh.NodeError as exc:
-        raise EnrollError(f"node group '{props['group']}': {exc}") from None
+    if pkey is None:
+        try:
+            pkey = _key(props)
+        except ssh.NodeError as exc:
+            raise EnrollError(f"node group '{props['group']}': {exc}") from None
     workers = max(1, min(int(props.get("parallel", 32)), len(ts)))
     if workers == 1:
         return [fn(t, pkey) for t in ts]
@@ -244,24 +246,25 @@ def summary(results: list[NodeResult]) -> dict:
 
 def enroll(props: dict) -> dict:
     """create/update: probe every node, compare, then mark all of them; all or nothing per batch."""
-    results = _parallel(props, probe)
+    try:
+        pkey = _key(props)
+    except ssh.NodeError as exc:
+        raise EnrollError(f"node group '{props['group']}': {exc}") from None
+    results = _parallel(props, probe, pkey)
     check(props, results)
     if any(r.problems for r in results):
         raise EnrollError(failure_message(props, results, "enrolled"))
     ours = owner(props)
     stamp = _now()
     content = {**ours, "group": props["group"], "enrolled_at": stamp}
-    pkey = _key(props)
-    workers = max(1, min(int(props.get("parallel", 32)), len(results)))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mark") as pool:
-        errors = list(pool.map(lambda r: _write_marker(r.target, pkey, content), results))
-    if any(errors):
-        for r, e in zip(results, errors, strict=True):
-            r.problems = [e] if e else []
+    marked = _parallel(props, lambda t, k: NodeResult(t.host, t, error=_write_marker(t, k, content)), pkey)
+    if any(m.error for m in marked):
+        for r, m in zip(results, marked, strict=True):
+            r.problems = [m.error] if m.error else []
         # undo the markers this attempt wrote, so a failed batch leaves the machines as they were
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="unmark") as pool:
-            list(pool.map(lambda r: _remove_marker(r.target, pkey, ours), [r for r, e in zip(results, errors,
-                                                                                         strict=True) if not e]))
+        written = {m.host for m in marked if not m.error}
+        _parallel({**props, "nodes": [n for n in props["nodes"] if parse_entry(n)[0] in written]},
+                  lambda t, k: NodeResult(t.host, t, error=_remove_marker(t, k, ours)), pkey)
         raise EnrollError(failure_message(props, results, "enrolled"))
     return {**props, **summary(results), "drift": {}, "enrolled": len(results), "enrolled_at": stamp}
 

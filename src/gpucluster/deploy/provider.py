@@ -31,14 +31,18 @@ from pulumi.runtime import rpc
 
 from gpucluster.deploy import enroll
 
-# What decides whether a batch must be checked again: anything else (file:line of spec fields, the
-# parallelism) changes nothing on the machines.
-_CHECKED = ("nodes", "ssh", "target", "owner", "cluster", "group")
+# What decides whether a batch must be checked again (plus expect and ssh, compared without file:line
+# of spec fields and without the timeout): the rest (parallelism, timeouts) changes nothing on the machines.
+_CHECKED = ("nodes", "target", "owner", "cluster", "group")
 _REPLACES = ("cluster", "group", "owner")
 
 
 def _expect_core(props: dict) -> dict:
     return {k: v for k, v in (props.get("expect") or {}).items() if k != "where"}
+
+
+def _ssh_core(props: dict) -> dict:
+    return {k: v for k, v in (props.get("ssh") or {}).items() if k != "timeout"}
 
 
 def _plain(value: Any) -> Any:
@@ -71,6 +75,8 @@ class EnrollmentProvider(dyn.ResourceProvider):
         changed = [k for k in _CHECKED if _plain(olds.get(k)) != _plain(news.get(k))]
         if _plain(_expect_core(olds)) != _plain(_expect_core(news)):
             changed.append("expect")
+        if _plain(_ssh_core(olds)) != _plain(_ssh_core(news)):
+            changed.append("ssh")
         replaces = [k for k in changed if k in _REPLACES]
         return dyn.DiffResult(changes=bool(changed), replaces=replaces, stables=[],
                               delete_before_replace=bool(replaces))
