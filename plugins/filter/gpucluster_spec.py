@@ -11,6 +11,7 @@ Filters (each takes plain data and returns plain data; see docs/storage.md):
   gpucluster_nccl(spec_path)           per GPU node group: nccl.conf / env script names and text
   gpucluster_render(context, name)     render templates/<name> with the same environment as the CLI
   gpucluster_unit_name(path, suffix)   systemd unit name of a path (systemd-escape --path)
+  gpucluster_apt_names(pkgs, version)  apt's NAME=VERSION list; pkgs a list (one version) or {name: version}
 
 Roles call the first three once per play (`run_once` + `set_fact`), not once per host.
 """
@@ -18,6 +19,7 @@ Roles call the first three once per play (`run_once` + `set_fact`), not once per
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -164,6 +166,22 @@ def nccl_files(spec_path: str) -> dict:
     return out
 
 
+_APT_VERSION = re.compile(r"^[0-9A-Za-z.+~:*-]+$")
+
+
+def apt_names(packages: list | dict, version: str = "") -> list[str]:
+    """['moosefs-master'] with '3.0.117*' -> ['moosefs-master=3.0.117*']; {name: version} maps each
+    package to its own version; an empty version leaves the name bare (the source's newest)."""
+    pairs = packages.items() if isinstance(packages, dict) else ((p, version) for p in packages)
+    out = []
+    for name, ver in pairs:
+        ver = str(ver or "").strip()
+        if ver and not _APT_VERSION.match(ver):
+            raise ValueError(f"{name}: version {ver!r} is not a Debian version or pattern (like 3.0.117*)")
+        out.append(f"{name}={ver}" if ver else str(name))
+    return out
+
+
 def render(context: dict, name: str) -> str:
     """Render templates/<name> with gpucluster's Jinja environment (StrictUndefined, trim_blocks)."""
     gc = _gpucluster()
@@ -178,4 +196,5 @@ class FilterModule:
             "gpucluster_nccl": nccl_files,
             "gpucluster_render": render,
             "gpucluster_unit_name": unit_name,
+            "gpucluster_apt_names": apt_names,
         }
