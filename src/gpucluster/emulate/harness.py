@@ -31,6 +31,7 @@ from gpucluster.emulate.procs import (
     ProcessTracker,
     Tracked,
     proc_status_kib,
+    pss_kib,
     reset_peak_rss,
 )
 from gpucluster.emulate.slurmconf import Adaptation, Layout, adapt_gres_conf, adapt_slurm_conf
@@ -265,7 +266,9 @@ class SlurmCluster:
         self.conf_path.write_text(text)
         self.node_ports = ports
         gres = self.etc / "gres.conf"
-        if self.slurmd_nodes and gres.exists():
+        # slurmd reads gres.conf on emulated nodes; slurmctld reads it for CLOUD nodes (and refuses
+        # AutoDetect there)
+        if gres.exists() and (self.slurmd_nodes or (self.absent_state or "").upper() == "CLOUD"):
             gtext, gnotes, stand_ins = adapt_gres_conf(gres.read_text(), PurePosixPath(self.workdir))
             for p in stand_ins:
                 # slurmd wants a character device; /dev/null is one and is harmless to open
@@ -358,6 +361,8 @@ class SlurmCluster:
         t0 = time.monotonic()
         deadline = t0 + self.start_timeout + 1.0 * len(self.slurmd_nodes)
         nodes = self.slurmd_nodes
+        for node in nodes:  # slurmd wants its spool before it creates it
+            (self.workdir / "spool" / node).mkdir(exist_ok=True)
         for i in range(0, len(nodes), self.slurmd_batch):
             batch = nodes[i : i + self.slurmd_batch]
             for node in batch:
@@ -446,6 +451,10 @@ class SlurmCluster:
 
     def slurmd_rss_kib(self) -> list[int]:
         return [v for t in self.slurmd.values() if (v := proc_status_kib(t.pid, "VmRSS")) is not None]
+
+    def slurmd_pss_kib(self) -> list[int]:
+        """Proportional set size per slurmd: shared libraries split across the sharers."""
+        return [v for t in self.slurmd.values() if (v := pss_kib(t.pid)) is not None]
 
     def log_tail(self, lines: int = 40) -> str:
         return tail(self.ctld_log, lines)

@@ -215,6 +215,18 @@ def proc_status_kib(pid: int, field_name: str) -> int | None:
     return None
 
 
+def pss_kib(pid: int) -> int | None:
+    """Proportional set size (kB) from /proc/<pid>/smaps_rollup: shared pages split among sharers."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
 def reset_peak_rss(pid: int) -> bool:
     """Reset VmHWM to the current RSS (write 5 to clear_refs, Linux >= 4.0)."""
     try:

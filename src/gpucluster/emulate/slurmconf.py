@@ -196,6 +196,7 @@ _DBD_KEYS = (
     "AccountingStoragePass",
     "AccountingStorageEnforce",
     "AccountingStorageExternalHost",
+    "AccountingStorageTRES",  # gres TRES: slurmctld refuses them without slurmdbd
 )
 # Scripts the production hosts carry; on an emulated host they do not exist (and would run once per
 # emulated node on one machine).
@@ -360,9 +361,10 @@ def _adapt_nodes(conf: SlurmConf, layout: Layout, notes: list[Adaptation]) -> di
         if away:
             new = Line("", list(line.pairs))
             new.pairs[0] = (line.pairs[0][0], hostlist.collect_hostlist(away))
-            new.set("NodeAddr", None)
+            # a numeric address: nothing to resolve, and NodeHostname stays unique (slurmctld checks
+            # every node against all others sharing its NodeHostname: quadratic at fleet scale)
+            new.set("NodeAddr", "127.0.0.1")
             new.set("BcastAddr", None)
-            new.set("NodeHostname", "localhost")
             new.set("Port", None)
             if layout.absent_state:
                 new.set("State", layout.absent_state)
@@ -384,9 +386,9 @@ def _adapt_nodes(conf: SlurmConf, layout: Layout, notes: list[Adaptation]) -> di
         notes.append(
             Adaptation(
                 "slurm.conf",
-                "NodeName: NodeHostname",
+                "NodeName: NodeAddr",
                 None,
-                f"NodeHostname=localhost for {n_local} nodes without a slurmd",
+                f"NodeAddr=127.0.0.1 for {n_local} nodes without a slurmd",
                 "slurmctld resolves every node address at start (10 s per unknown name)",
             )
         )
@@ -436,7 +438,7 @@ def adapt_gres_conf(text: str, device_root: PurePosixPath) -> tuple[str, list[Ad
                     "File",
                     file_spec,
                     new_spec,
-                    "device files do not exist here; empty stand-in files keep the count and names",
+                    "device files do not exist here; stand-ins (symlinks to /dev/null) keep the count and names",
                 )
             )
         out.append(line)

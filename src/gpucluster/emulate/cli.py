@@ -1,0 +1,102 @@
+"""`gpucluster emulate SPEC`: run the rendered Slurm configs for real, with emulated slurmd nodes.
+
+The subcommand renders SPEC (or takes an already rendered folder), starts a private munged,
+slurmctld and one ``slurmd -N`` per node on this machine, prints what slurmctld understood, and
+then either runs a command against it (``--run``), stays up until interrupted (``--hold``), or stops.
+Every process it started is stopped by PID on the way out, Ctrl-C and SIGTERM included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def _render(spec: str, outdir: Path) -> Path:
+    from gpucluster.cli import _load
+    from gpucluster.render import render_all, write_outputs
+
+    loaded, plan = _load(spec)
+    write_outputs(render_all(loaded.spec, plan, cabling=False), outdir)
+    return outdir
+
+
+def _sigterm(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt  # unwinds through the context managers, which stop the daemons
+
+
+def cmd_emulate(args: argparse.Namespace) -> int:
+    from gpucluster.emulate.emulator import emulate
+    from gpucluster.emulate.harness import SlurmStartError
+    from gpucluster.errors import UsageError
+
+    signal.signal(signal.SIGTERM, _sigterm)
+    src = Path(args.spec)
+    with tempfile.TemporaryDirectory(prefix="gpucluster-render-") as tmp:
+        conf_dir = src if src.is_dir() else _render(args.spec, Path(tmp))
+        if not (conf_dir / "slurm.conf").is_file():
+            raise UsageError(f"{conf_dir}: no slurm.conf; give a spec YAML or a `gpucluster render` folder")
+        overrides = {"TopologyPlugin": "topology/none"} if args.flat else None
+        try:
+            with emulate(conf_dir, args.nodes, overrides=overrides, keep=args.keep) as cluster:
+                _summary(cluster)
+                if args.run:
+                    env = dict(cluster.env)
+                    return subprocess.run(args.run, shell=True, env=env, check=False).returncode
+                if args.hold:
+                    print(f"\nexport SLURM_CONF={cluster.conf_path}   # Ctrl-C stops everything", flush=True)
+                    signal.pause()
+        except SlurmStartError as exc:
+            raise UsageError(str(exc)) from None
+        except KeyboardInterrupt:
+            print("stopping emulated cluster", file=sys.stderr)
+            return 130
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    return 0
+
+
+def _summary(cluster) -> None:
+    nodes = cluster.nodes()
+    topo = cluster.topology()
+    leaves = [n for n, s in topo.items() if s["level"] == 0]
+    rss = cluster.slurmd_rss_kib()
+    print(
+        f"slurmctld up in {cluster.ready_s:.2f} s (pid {cluster.ctld_pid}); {len(cluster.slurmd)} slurmd "
+        f"registered in {cluster.slurmd_ready_s or 0:.1f} s"
+    )
+    states: dict[str, int] = {}
+    for rec in nodes.values():
+        states[rec["state"]] = states.get(rec["state"], 0) + 1
+    print("nodes: " + ", ".join(f"{n} {s}" for s, n in sorted(states.items())))
+    print(f"topology: {len(topo)} switches, {len(leaves)} leaves")
+    if rss:
+        print(
+            f"slurmd RSS: mean {sum(rss) / len(rss) / 1024:.1f} MiB; slurmctld "
+            f"{(cluster.ctld_rss_kib() or 0) / 1024:.1f} MiB"
+        )
+    print(f"adapted for this machine ({len(cluster.adaptations)}; full list in {cluster.workdir / 'ADAPTATIONS.txt'}):")
+    for a in cluster.adaptations:
+        print(f"  {a}")
+    sys.stdout.flush()
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "emulate",
+        help="run slurmctld and N emulated slurmd (slurmd -N) on this machine from the rendered configs",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("spec", help="cluster spec YAML, or a folder `gpucluster render` wrote")
+    p.add_argument("--nodes", type=int, help="emulate only the first N nodes of the config (default: all)")
+    p.add_argument("--flat", action="store_true", help="TopologyPlugin=topology/none (the no-topology baseline)")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--run", metavar="CMD", help="run a shell command with SLURM_CONF set, then stop")
+    what.add_argument("--hold", action="store_true", help="stay up until Ctrl-C / SIGTERM")
+    p.add_argument("--keep", action="store_true", help="keep the private folder (configs, logs) afterwards")
+    p.set_defaults(func=cmd_emulate)
