@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import example_data, skip_or_fail
+from conftest import example_data, example_path, loaded_example, skip_or_fail
 
 from gpucluster.deploy.enroll import MARKER, node_entry
 from gpucluster.deploy.nodes import expectation
@@ -33,17 +33,22 @@ NODES = ("gpu01", "gpu02", "gpu03")
 
 @pytest.fixture(scope="module")
 def staged(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """examples/staging.yaml staged the way `gpucluster stage up` stages it (its StageNodes), under a
+    cluster name and state directory of this test run only."""
     if shutil.which("podman") is None:
         skip_or_fail("podman is not installed (scripts/stage-deps.sh installs it)")
-    from gpucluster.stage.podman import StageConfig, StageNode, down, up
+    from gpucluster.stage.cli import stage_nodes
+    from gpucluster.stage.podman import StageConfig, down, up
 
     cfg = StageConfig(cluster=f"pp{os.getpid()}-{secrets.token_hex(3)}",
                       state_dir=tmp_path_factory.mktemp("stage") / "state")
     request.addfinalizer(lambda: down(cfg, log=lambda _m: None))  # first: runs even if up() fails half-way
-    devices = tuple(f"/dev/nvidia{i}" for i in range(GPUS))
+    loaded, plan = loaded_example("staging")
+    nodes = stage_nodes(loaded.spec, plan)
+    assert {n.name: len(n.gpu_devices) for n in nodes if n.name in NODES} == dict.fromkeys(NODES, GPUS)
     t0 = time.monotonic()
-    sc = up(cfg, [StageNode(n, ("slurm_compute",), gpu_devices=devices) for n in NODES], log=lambda _m: None)
-    print(f"staged {len(NODES)} nodes in {time.monotonic() - t0:.1f}s")
+    sc = up(cfg, nodes, log=lambda _m: None)
+    print(f"staged {len(nodes)} nodes in {time.monotonic() - t0:.1f}s")
     return cfg, sc
 
 
@@ -138,7 +143,8 @@ def test_changed_node_shows_drift_on_read(staged, tmp_path: Path) -> None:
         assert unchanged.outs["drift"] == {}
         assert unchanged.outs["facts"] == created.outs["facts"]
 
-        assert _exec(staged, "gpu02", "rm", "-f", "/dev/nvidia3").returncode == 0  # a GPU fell off the bus
+        # a GPU falls off the bus (moved aside: a device node cannot be made again inside the container)
+        assert _exec(staged, "gpu02", "mv", "/dev/nvidia3", "/dev/gone-nvidia3").returncode == 0
         read = prov.read(created.id, created.outs)
         assert set(read.outs["drift"]) == {"gpu02"}
         lines = read.outs["drift"]["gpu02"]
@@ -147,8 +153,9 @@ def test_changed_node_shows_drift_on_read(staged, tmp_path: Path) -> None:
         assert json.loads(read.outs["facts"]["gpu02"])["gpus"] == 3
         assert read.id == created.id
     finally:
-        _exec(staged, "gpu02", "mknod", "-m", "666", "/dev/nvidia3", "c", "1", "3")
+        _exec(staged, "gpu02", "mv", "/dev/gone-nvidia3", "/dev/nvidia3")
         prov.delete(created.id, created.outs)
+    assert _exec(staged, "gpu02", "test", "-c", "/dev/nvidia3").returncode == 0
 
 
 def test_marker_of_another_stack_is_refused_and_left_alone(staged, tmp_path: Path) -> None:
@@ -188,3 +195,33 @@ def test_delete_of_an_unreachable_node_does_not_fail(staged, tmp_path: Path) -> 
     props["nodes"] = [node_entry("gpu01", "127.0.0.1", 9)]  # discard port: nothing listens
     props["ssh"]["timeout"] = 3
     EnrollmentProvider().delete("pytest/gpu/gpu01", props)
+
+
+def test_the_staging_stack_enrolls_the_staged_cluster(staged) -> None:
+    """The program as `pulumi up` runs it for stacks/Pulumi.staging.yaml, with the engine replaced by mocks
+    that call the real provider: every staged node is reached with the key, ports and known_hosts of the
+    stage directory, checked and enrolled; the inventory is exported; then everything is released."""
+    from gpucluster.deploy.testing import ClusterMocks, run_program, stack_config
+
+    cfg, sc = staged
+    mocks = ClusterMocks(enroll=True)
+    t0 = time.monotonic()
+    try:
+        run = run_program(stack_config(example_path("staging"), target="staging", stageDir=cfg.state_dir),
+                          stack=f"staged-{cfg.cluster}", mocks=mocks)
+        took = time.monotonic() - t0
+        loaded, _plan = loaded_example("staging")
+        print(f"program with real enrollment of {len(sc.nodes)} staged nodes: {took:.1f}s")
+        assert run.stack_outputs["enrollment"] == {g.name: g.count for g in loaded.spec.node_groups}
+        facts = {h: json.loads(f) for _id, outs in mocks.created for h, f in outs["facts"].items()}
+        assert sorted(facts) == sorted(sc.nodes)
+        assert {h: f["gpus"] for h, f in facts.items() if h.startswith("gpu")} == dict.fromkeys(
+            loaded.spec.group("gpu").hosts, GPUS)
+        inventory = json.loads(run.stack_outputs["inventory"])
+        hosts = inventory["all"]["children"]["nodegroup_gpu"]["hosts"]
+        assert hosts["gpu01"]["ansible_port"] == sc.nodes["gpu01"][1]
+        assert all(_marker(staged, n) is not None for n in sc.nodes)
+    finally:
+        for id_, outs in mocks.created:
+            EnrollmentProvider().delete(id_, outs)
+    assert all(_marker(staged, n) is None for n in sc.nodes)

@@ -71,8 +71,13 @@ def has_secret(value: Any) -> bool:
 
 
 class ClusterMocks(pulumi.runtime.Mocks):
-    def __init__(self) -> None:
+    """enroll=True: NodeEnrollment runs the real provider's create (SSH to the nodes), as `pulumi up` would;
+    `created` then holds (id, outputs) of each batch, for the caller to release."""
+
+    def __init__(self, enroll: bool = False) -> None:
         self.providers: dict[str, Any] = {}  # serialized provider -> unpickled instance
+        self.enroll = enroll
+        self.created: list[tuple[str, dict]] = []
 
     def provider(self, serialized: str):
         if serialized not in self.providers:
@@ -91,8 +96,10 @@ class ClusterMocks(pulumi.runtime.Mocks):
             checked = prov.check({}, inputs)
             if checked.failures:
                 raise AssertionError(f"{args.name}: check failed: {[(f.property, f.reason) for f in checked.failures]}")
-            if args.typ == SECRET:
+            if args.typ == SECRET or self.enroll:
                 created = prov.create(inputs)
+                if args.typ == ENROLLMENT:
+                    self.created.append((created.id, created.outs))
                 return created.id, {**inputs, **(created.outs or {})}
             hosts = [n.split()[0] for n in inputs["nodes"]]
             outs = {**inputs, "facts": {h: matching_facts(inputs["expect"], h) for h in hosts}, "notes": {},
@@ -166,12 +173,13 @@ def stack_config(spec: Path | str, **extra: Any) -> dict[str, str]:
 
 
 def run_program(config: dict[str, str], *, stack: str = "test", project: str = "gpucluster",
-                secret_keys: tuple[str, ...] = (), preview: bool = False, root: Path = ROOT) -> ProgramRun:
+                secret_keys: tuple[str, ...] = (), preview: bool = False, root: Path = ROOT,
+                mocks: ClusterMocks | None = None) -> ProgramRun:
     """Run program.main under fresh mocks with this config; raises what the program raises."""
     from gpucluster.deploy.program import main
 
     run = ProgramRun()
-    mocks = ClusterMocks()
+    mocks = mocks or ClusterMocks()
     pulumi.runtime.set_all_config(dict(config), list(secret_keys))
     pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=preview,
                              monitor=RecordingMonitor(mocks, run))
