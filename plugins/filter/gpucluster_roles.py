@@ -5,6 +5,8 @@ Each filter takes plain data and returns plain data; tests/test_roles_static.py 
   gpucluster_etc_hosts(hosts, hostvars, if)  /etc/hosts lines for inventory hosts: {lines, missing}
   gpucluster_is_container(facts)             True when Ansible's facts say the node is a container
   gpucluster_slurm_restart_reasons(results)  why a config change needs a daemon restart ([] = reconfigure)
+  gpucluster_sysctl_report(result, container) one sentence on settings persisted but not live
+  gpucluster_limits_report(result, container) one sentence on limits lowered to what the node grants
   gpucluster_failed_checks(checks)           messages of failed preflight checks [{ok, msg}, ...]
   gpucluster_slurm_node_state(sinfo_line)    {state, reason, responding, usable, mismatch} of one node
   gpucluster_pin(packages, version)          ["pkg=version", ...] (or the bare names when version is '')
@@ -155,6 +157,32 @@ def slurm_node_state(line: str) -> dict[str, Any]:
             "mismatch": bool(mismatch and _MISMATCH.search(reason or ""))}
 
 
+def sysctl_report(result: Mapping[str, Any], container: bool = False) -> str:
+    """The gpucluster_sysctl result as one sentence: what is persisted but not live, and why."""
+    parts = []
+    readonly = result.get("readonly") or {}
+    if readonly:
+        keys = ", ".join(f"{k} (is {v})" for k, v in sorted(readonly.items()))
+        parts.append(f"persisted in {result.get('path', 'the sysctl.d file')} but read-only here, so not live: {keys}")
+    missing = result.get("missing") or []
+    if missing:
+        parts.append(f"not visible here (other network namespace or kernel): {', '.join(sorted(missing))}")
+    text = "; ".join(parts)
+    if container and text:
+        text += ". A container cannot change these for itself: set them on the host (podman run --sysctl for net.*)"
+    return text + "." if text else ""
+
+
+def limits_report(result: Mapping[str, Any], container: bool = False) -> str:
+    capped = result.get("capped") or {}
+    if not capped:
+        return ""
+    items = ", ".join(f"{k} {v['wanted']} lowered to {v['allowed']}" for k, v in sorted(capped.items()))
+    who = "this container" if container else "this node"
+    return (f"{items}: {who} cannot raise hard limits (no CAP_SYS_RESOURCE), and a limits.conf entry above them "
+            "would make pam_limits refuse logins.")
+
+
 def failed_checks(checks: Iterable[Mapping[str, Any]]) -> list[str]:
     """Messages of the preflight checks that failed: [{ok: bool, msg: "what to change"}, ...].
 
@@ -184,6 +212,8 @@ class FilterModule:
             "gpucluster_slurm_restart_reasons": slurm_restart_reasons,
             "gpucluster_pin": pin,
             "gpucluster_failed_checks": failed_checks,
+            "gpucluster_sysctl_report": sysctl_report,
+            "gpucluster_limits_report": limits_report,
             "gpucluster_slurm_node_state": slurm_node_state,
             "gpucluster_file_map": file_map,
             "gpucluster_apt_pin": apt_pin,

@@ -17,6 +17,12 @@ options:
   path: {type: path, default: /etc/sysctl.d/90-gpucluster.conf, description: File that persists them.}
   header: {type: str, default: "", description: Comment placed at the top of the file.}
   proc_root: {type: path, default: /proc/sys, description: Where the live values are (tests use a folder).}
+  minimum:
+    type: bool
+    default: true
+    description:
+      - Treat single integer values as minimums; a live value already above one is kept (not lowered, not
+        persisted), e.g. fs.file-max, which the kernel sizes from the RAM.
 """
 
 RETURN = r"""
@@ -25,7 +31,8 @@ readonly:
   type: dict
   returned: always
   description: Keys whose live value differs but cannot be written here (key to live value), e.g. in a container.
-missing: {type: list, returned: always, description: Keys this kernel does not have.}
+missing: {type: list, returned: always, description: Keys this kernel (or this network namespace) does not show.}
+kept: {type: dict, returned: always, description: Keys whose live value is above the minimum already (key to it).}
 """
 
 import errno
@@ -44,6 +51,35 @@ def render_file(settings: dict, header: str) -> str:
     lines = [f"# {line}".rstrip() for line in header.splitlines()] if header else []
     lines += [f"{key} = {normalise(value)}" for key, value in sorted(settings.items())]
     return "\n".join(lines) + "\n"
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def live_values(settings: dict, proc_root: str) -> dict:
+    """Key to its live value (normalised); None where the kernel does not show the key."""
+    out = {}
+    for key in settings:
+        try:
+            with open(os.path.join(proc_root, *key.split("."))) as fh:
+                out[key] = normalise(fh.read())
+        except FileNotFoundError:
+            out[key] = None
+    return out
+
+
+def above_minimum(settings: dict, live: dict) -> dict:
+    """Keys whose live single-integer value already exceeds the wanted one (key to live value)."""
+    kept = {}
+    for key, value in settings.items():
+        want, have = _int(normalise(value)), _int(live.get(key) or "")
+        if want is not None and have is not None and have > want:
+            kept[key] = live[key]
+    return kept
 
 
 def apply(settings: dict, proc_root: str, check_mode: bool) -> tuple[dict, dict, list]:
@@ -102,14 +138,18 @@ def main() -> None:
             "path": {"type": "path", "default": "/etc/sysctl.d/90-gpucluster.conf"},
             "header": {"type": "str", "default": ""},
             "proc_root": {"type": "path", "default": "/proc/sys"},
+            "minimum": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )
     p = module.params
-    file_changed = write_if_changed(p["path"], render_file(p["settings"], p["header"]), module.check_mode)
-    applied, readonly, missing = apply(p["settings"], p["proc_root"], module.check_mode)
+    settings = {str(k): v for k, v in p["settings"].items()}
+    kept = above_minimum(settings, live_values(settings, p["proc_root"])) if p["minimum"] else {}
+    wanted = {k: v for k, v in settings.items() if k not in kept}
+    file_changed = write_if_changed(p["path"], render_file(wanted, p["header"]), module.check_mode)
+    applied, readonly, missing = apply(wanted, p["proc_root"], module.check_mode)
     module.exit_json(changed=file_changed or bool(applied), applied=applied, readonly=readonly, missing=missing,
-                     path=p["path"])
+                     kept=kept, path=p["path"])
 
 
 if __name__ == "__main__":

@@ -1,0 +1,363 @@
+"""Run playbooks/site.yml through ansible-runner, print progress from its events, summarise the result.
+
+Why ansible-runner rather than a subprocess: its events carry the host, role, task, result and
+timing of every step, so progress, per-role times and per-host failure messages come from data,
+not from parsing Ansible's screen output. Plain `ansible-playbook -i INV playbooks/site.yml`
+from the repository root runs the same plays with the same ansible.cfg.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpucluster.errors import UsageError
+
+Log = Callable[[str], None]
+
+HIDDEN = "the output has been hidden due to the fact that 'no_log: true' was specified for this result"
+
+
+@dataclass
+class HostStats:
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    rescued: int = 0
+    ignored: int = 0
+
+
+@dataclass
+class ConfigureResult:
+    """What one `gpucluster configure` run did. `ok` is True when every host converged."""
+
+    rc: int
+    status: str
+    hosts: dict[str, HostStats]
+    failures: dict[str, list[str]]
+    role_times: dict[str, float]
+    elapsed: float
+    artifacts: Path | None
+    warnings: list[str] = field(default_factory=list)
+    changes: dict[str, list[str]] = field(default_factory=dict)  # host -> "role : task" that changed
+    log_path: Path | None = None  # where a caller kept the progress lines, if it did
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    @property
+    def changed(self) -> int:
+        return sum(h.changed for h in self.hosts.values())
+
+    @property
+    def failed_hosts(self) -> list[str]:
+        return sorted(h for h, s in self.hosts.items() if s.failed or s.unreachable)
+
+
+# ---------------------------------------------------------------- locating things
+
+
+def project_dir(given: str | os.PathLike | None = None) -> Path:
+    """The folder holding ansible.cfg, playbooks/ and roles/: --project-dir, $GPUCLUSTER_ANSIBLE_DIR,
+    the checkout this package runs from, or the current folder."""
+    candidates = [given, os.environ.get("GPUCLUSTER_ANSIBLE_DIR"), Path(__file__).resolve().parents[3], Path.cwd()]
+    for c in candidates:
+        if c and (Path(c) / "playbooks" / "site.yml").is_file() and (Path(c) / "ansible.cfg").is_file():
+            return Path(c).resolve()
+    raise UsageError("cannot find playbooks/site.yml and ansible.cfg; run from the gpucluster checkout or pass "
+                     "--project-dir (or set GPUCLUSTER_ANSIBLE_DIR)")
+
+
+def inventory_file(inventory: str | os.PathLike) -> Path:
+    """hosts.yml of an inventory folder (other files there, e.g. reports, are not inventory), or the file."""
+    path = Path(inventory)
+    if path.is_dir():
+        for name in ("hosts.yml", "hosts.yaml", "hosts"):
+            if (path / name).is_file():
+                return path / name
+        raise UsageError(f"{path}: no hosts.yml in this inventory folder; write one with `gpucluster stage up` "
+                         "or `gpucluster inventory`")
+    if not path.is_file():
+        raise UsageError(f"{path}: no such inventory (give an inventory folder such as inventories/staging)")
+    return path
+
+
+def inventory_vars(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+    return ((data.get("all") or {}).get("vars") or {}) if isinstance(data, dict) else {}
+
+
+# ---------------------------------------------------------------- progress
+
+
+def _ts(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.UTC)
+    return parsed.timestamp()
+
+
+def failure_message(event_data: dict) -> str:
+    """One readable line from a failed or unreachable result."""
+    res = event_data.get("res") or {}
+    if res.get("censored"):
+        return f"{res['censored']} (a no_log task: rerun it with -v on a test cluster)"
+    parts = []
+    msg = str(res.get("msg") or "").strip()
+    if msg:
+        parts.append(msg)
+    for key in ("stderr", "stdout", "module_stderr"):
+        text = str(res.get(key) or "").strip()
+        if text and text not in msg:
+            parts.append(f"{key}: {text[-600:]}")
+    if not parts and res.get("results"):  # a loop: the failed items
+        for item in res["results"]:
+            if isinstance(item, dict) and item.get("failed"):
+                parts.append(f"item {item.get('item')!r}: {str(item.get('msg') or '').strip()}")
+    text = " | ".join(" ".join(p.split()) for p in parts) or "failed without a message"
+    return text[:1500]
+
+
+@dataclass
+class _Task:
+    name: str
+    role: str
+    play: str
+    start: float
+    action: str = ""
+    hosts: dict[str, str] = field(default_factory=dict)  # host -> ok/changed/failed/unreachable/skipped
+    messages: dict[str, list[str]] = field(default_factory=dict)  # debug message -> hosts
+
+
+class Progress:
+    """Turns ansible-runner events into progress lines, per-role times and per-host failures."""
+
+    def __init__(self, log: Log = print, verbose: bool = False) -> None:
+        self.log = log
+        self.verbose = verbose
+        self.t0 = time.monotonic()
+        self.task: _Task | None = None
+        self.play = ""
+        self.role_times: dict[str, float] = defaultdict(float)
+        self.failures: dict[str, list[str]] = defaultdict(list)
+        self.changes: dict[str, list[str]] = defaultdict(list)
+        self.stats: dict[str, HostStats] = {}
+        self.warnings: list[str] = []
+        self._last_role = None
+
+    def _stamp(self) -> str:
+        return f"[{time.monotonic() - self.t0:6.1f}s]"
+
+    def _close_task(self, end: float | None) -> None:
+        task, self.task = self.task, None
+        if task is None:
+            return
+        end = end or time.time()
+        self.role_times[task.role or f"play: {task.play}"] += max(0.0, end - task.start)
+        counts: dict[str, list[str]] = defaultdict(list)
+        for host, status in sorted(task.hosts.items()):
+            counts[status].append(host)
+        if not task.hosts or set(counts) == {"skipped"}:
+            return
+        if task.role != self._last_role and task.role:
+            self.log(f"{self._stamp()} -- role {task.role}")
+        self._last_role = task.role
+        parts = [f"{len(counts[s])} {s}" for s in ("ok", "changed", "failed", "unreachable") if counts.get(s)]
+        line = f"{self._stamp()}    {task.name}: {', '.join(parts)}  ({end - task.start:.1f}s)"
+        if counts.get("changed") and len(counts["changed"]) <= 8:
+            line += f"  changed: {', '.join(counts['changed'])}"
+        self.log(line)
+        for msg, hosts in task.messages.items():
+            self.log(f"           {', '.join(hosts)}: {msg}")
+
+    def __call__(self, event: dict) -> bool:
+        kind = event.get("event", "")
+        data = event.get("event_data") or {}
+        created = _ts(event.get("created"))
+        if kind in ("playbook_on_task_start", "playbook_on_handler_task_start"):
+            self._close_task(created)
+            name = str(data.get("task") or data.get("name") or "?")
+            role = str(data.get("role") or "")
+            if name.startswith(f"{role} : "):
+                name = name[len(role) + 3:]
+            self.task = _Task(name=("handler: " if "handler" in kind else "") + name, role=role, play=self.play,
+                              start=created or time.time(), action=str(data.get("task_action") or ""))
+        elif kind == "playbook_on_play_start":
+            self._close_task(created)
+            self.play = str(data.get("name") or data.get("play") or "")
+            self.log(f"{self._stamp()} == {self.play}")
+            self._last_role = None
+        elif kind in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable", "runner_on_skipped"):
+            self._host_result(kind, data)
+        elif kind == "playbook_on_stats":
+            self._close_task(created)
+            self._stats(data)
+        elif kind in ("warning", "verbose") or (kind == "" and "WARNING" in str(event.get("stdout", ""))):
+            text = " ".join(str(event.get("stdout") or "").split())
+            if "[WARNING]" in text or "[DEPRECATION" in text:
+                self.warnings.append(text)
+                self.log(f"{self._stamp()} {text}")
+        elif self.verbose and event.get("stdout"):
+            self.log(str(event["stdout"]))
+        return True
+
+    def _host_result(self, kind: str, data: dict) -> None:
+        host = str(data.get("host") or "?")
+        res = data.get("res") or {}
+        task = self.task
+        where = f"{task.role + ' : ' if task and task.role else ''}{task.name if task else '?'}"
+        if kind == "runner_on_ok":
+            status = "changed" if res.get("changed") else "ok"
+            if status == "changed":
+                self.changes[host].append(where)
+        elif kind == "runner_on_skipped":
+            status = "skipped"
+        elif kind == "runner_on_failed" and data.get("ignore_errors"):
+            status = "ok"
+        else:
+            status = "unreachable" if kind == "runner_on_unreachable" else "failed"
+            msg = failure_message(data)
+            if status == "unreachable":
+                msg += " (is the node up and its sshd reachable? a staged node: podman start it, then rerun)"
+            self.failures[host].append(f"[{where}] {status}: {msg}")
+            self.log(f"{self._stamp()}    {status.upper()} {host}: [{where}] {msg}")
+        if task is None:
+            return
+        prev = task.hosts.get(host)
+        rank = ["skipped", "ok", "changed", "failed", "unreachable"]
+        if prev is None or rank.index(status) > rank.index(prev):
+            task.hosts[host] = status
+        if status in ("ok", "changed") and task.action.endswith("debug") and res.get("msg") is not None:
+            text = " ".join(str(res["msg"]).split())
+            if text and text not in (HIDDEN, "All items completed"):
+                task.messages.setdefault(text, []).append(host)
+
+    def _stats(self, data: dict) -> None:
+        keys = {"ok": "ok", "changed": "changed", "failures": "failed", "dark": "unreachable",
+                "skipped": "skipped", "rescued": "rescued", "ignored": "ignored"}
+        for key, attr in keys.items():
+            for host, count in (data.get(key) or {}).items():
+                setattr(self.stats.setdefault(host, HostStats()), attr, int(count))
+
+
+# ---------------------------------------------------------------- the run
+
+
+def configure(inventory: str | os.PathLike, *, playbook: str = "site.yml", limit: str | None = None,
+              tags: str | None = None, project: str | os.PathLike | None = None,
+              private_data_dir: str | os.PathLike | None = None, verbose: bool = False,
+              log: Log = print) -> ConfigureResult:
+    """Converge the cluster of `inventory` with playbooks/<playbook>; never raises for host failures."""
+    import ansible_runner
+
+    inv = inventory_file(inventory).resolve()
+    proj = project_dir(project)
+    book = proj / "playbooks" / playbook
+    if not book.is_file():
+        raise UsageError(f"{book}: no such playbook")
+    state = inventory_vars(inv).get("gpucluster_state_dir")
+    if private_data_dir is None:
+        private_data_dir = Path(state) / "runner" if state else Path(tempfile.gettempdir()) / "gpucluster-runner"
+    pdd = Path(private_data_dir)
+    pdd.mkdir(parents=True, exist_ok=True, mode=0o700)
+    progress = Progress(log, verbose)
+    log(f"configure: {book.relative_to(proj)} on {inv} (artifacts under {pdd}/artifacts)")
+    started = time.monotonic()
+    kwargs: dict[str, Any] = {}
+    if limit:
+        kwargs["limit"] = limit
+    if tags:
+        kwargs["cmdline"] = f"--tags {tags}"
+    runner = ansible_runner.run(
+        private_data_dir=str(pdd),
+        project_dir=str(proj),
+        playbook=str(book),
+        inventory=str(inv),
+        envvars={
+            "ANSIBLE_CONFIG": str(proj / "ansible.cfg"),
+            "ANSIBLE_NOCOLOR": "1",
+            # ansible-runner turns host key checking off unless told otherwise; gpucluster keeps it on.
+            "ANSIBLE_HOST_KEY_CHECKING": "True",
+            # ansible-playbook from the same environment as this Python (a virtualenv need not be activated).
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        },
+        event_handler=progress,
+        quiet=True,
+        suppress_env_files=True,
+        rotate_artifacts=5,
+        verbosity=2 if verbose else 0,
+        **kwargs,
+    )
+    elapsed = time.monotonic() - started
+    hosts = progress.stats
+    failed = any(s.failed or s.unreachable for s in hosts.values())
+    rc = 0 if runner.status == "successful" and runner.rc == 0 and not failed else 1
+    failures = dict(progress.failures)
+    if rc and not failures:
+        failures["(ansible)"] = [f"ansible-runner ended {runner.status} (rc {runner.rc}) without a failed host; "
+                                 f"see {runner.config.artifact_dir}/stdout"]
+    return ConfigureResult(rc=rc, status=runner.status, hosts=hosts, failures=failures,
+                           role_times=dict(progress.role_times), elapsed=elapsed,
+                           artifacts=Path(runner.config.artifact_dir), warnings=progress.warnings,
+                           changes=dict(progress.changes))
+
+
+def summary(result: ConfigureResult) -> str:
+    """The end-of-run report: per host counts, per role times, the failing hosts with their messages."""
+    lines = ["", "summary"]
+    width = max([len(h) for h in result.hosts] + [4])
+    lines.append(f"  {'host':{width}s}  {'ok':>4s} {'changed':>7s} {'failed':>6s} {'unreachable':>11s} {'skipped':>7s}")
+    for host in sorted(result.hosts):
+        s = result.hosts[host]
+        mark = "  <-- " + ("UNREACHABLE" if s.unreachable else "FAILED") if (s.failed or s.unreachable) else ""
+        lines.append(f"  {host:{width}s}  {s.ok:4d} {s.changed:7d} {s.failed:6d} {s.unreachable:11d} "
+                     f"{s.skipped:7d}{mark}")
+    if result.role_times:
+        lines.append("")
+        lines.append("time per role (wall clock, all hosts in parallel)")
+        rw = max(len(r) for r in result.role_times)
+        for role, secs in sorted(result.role_times.items(), key=lambda kv: -kv[1]):
+            lines.append(f"  {role:{rw}s}  {secs:7.1f} s")
+    if result.changes:
+        lines.append("")
+        lines.append("changed")
+        shown = 0
+        for host in sorted(result.changes):
+            for task in result.changes[host]:
+                if shown < 40:
+                    lines.append(f"  {host}: {task}")
+                shown += 1
+        if shown > 40:
+            lines.append(f"  ... and {shown - 40} more")
+    if result.failures:
+        lines.append("")
+        lines.append(f"failed hosts: {', '.join(sorted(result.failures))}")
+        for host in sorted(result.failures):
+            for msg in result.failures[host]:
+                lines.append(f"  {host}: {msg}")
+    verdict = "converged" if result.ok else "NOT converged"
+    lines.append("")
+    lines.append(f"{verdict}: {len(result.hosts)} hosts, {result.changed} changes, {result.elapsed:.1f} s"
+                 + (f" (artifacts: {result.artifacts})" if result.artifacts else ""))
+    return "\n".join(lines)
