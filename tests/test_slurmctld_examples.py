@@ -15,6 +15,7 @@ start-up. Parametrizations marked slow (measured above ~60 s) run only with GPUC
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from dataclasses import dataclass
@@ -70,7 +71,15 @@ def running(request, tmp_path_factory) -> Running:
 
 def fail_with_log(r: Running, message: str) -> None:
     """Print slurmctld's log before failing, as a service check should."""
-    pytest.fail(f"{message}\n--- slurmctld log ({r.name}):\n{r.log_tail}")
+    pytest.fail(f"{message}\n--- slurmctld log ({r.name}), last lines:\n{r.log_tail}")
+
+
+@contextlib.contextmanager
+def journal_on_failure(r: Running):
+    try:
+        yield
+    except AssertionError as exc:
+        fail_with_log(r, str(exc))
 
 
 def expand(exprs) -> set[str]:
@@ -79,36 +88,38 @@ def expand(exprs) -> set[str]:
 
 def test_topology_has_exactly_the_planned_switches(running):
     r = running
-    planned = {s.name: s for s in r.plan.slurm_switches}
-    if set(r.topology) != set(planned):
-        fail_with_log(r, f"switches differ: missing {sorted(set(planned) - set(r.topology))[:5]}, "
-                         f"unexpected {sorted(set(r.topology) - set(planned))[:5]}")
-    below: dict[str, set[str]] = {}
+    with journal_on_failure(r):
+        planned = {s.name: s for s in r.plan.slurm_switches}
+        if set(r.topology) != set(planned):
+            fail_with_log(r, f"switches differ: missing {sorted(set(planned) - set(r.topology))[:5]}, "
+                             f"unexpected {sorted(set(r.topology) - set(planned))[:5]}")
+        below: dict[str, set[str]] = {}
 
-    def nodes_below(name: str) -> set[str]:
-        if name not in below:
-            s = planned[name]
-            below[name] = expand(s.nodes) | set().union(*(nodes_below(c) for c in s.switches))
-        return below[name]
+        def nodes_below(name: str) -> set[str]:
+            if name not in below:
+                s = planned[name]
+                below[name] = expand(s.nodes) | set().union(*(nodes_below(c) for c in s.switches))
+            return below[name]
 
-    for name, s in planned.items():
-        got = r.topology[name]
-        assert got["level"] == s.level, f"{name}: level {got['level']}, planned {s.level}"
-        assert got["switches"] == set(s.switches), name
-        assert got["nodes"] == nodes_below(name), f"{name}: slurmctld sees other nodes than planned"
+        for name, s in planned.items():
+            got = r.topology[name]
+            assert got["level"] == s.level, f"{name}: level {got['level']}, planned {s.level}"
+            assert got["switches"] == set(s.switches), name
+            assert got["nodes"] == nodes_below(name), f"{name}: slurmctld sees other nodes than planned"
 
 
 def test_every_compute_node_is_under_the_root(running):
     r = running
-    root = r.topology.get(r.plan.root_name)
-    if root is None:
-        fail_with_log(r, f"no root switch '{r.plan.root_name}'")
-    assert root["level"] == max(s["level"] for s in r.topology.values())
-    compute = {h for g in r.spec.groups_with_role("compute") for h in g.hosts}
-    assert root["nodes"] == compute
-    leaves = [s for s in r.topology.values() if s["level"] == 0]
-    seen = [n for s in leaves for n in s["nodes"]]
-    assert len(seen) == len(set(seen)) == len(compute), "a node under two leaves, or under none"
+    with journal_on_failure(r):
+        root = r.topology.get(r.plan.root_name)
+        if root is None:
+            fail_with_log(r, f"no root switch '{r.plan.root_name}'")
+        assert root["level"] == max(s["level"] for s in r.topology.values())
+        compute = {h for g in r.spec.groups_with_role("compute") for h in g.hosts}
+        assert root["nodes"] == compute
+        leaves = [s for s in r.topology.values() if s["level"] == 0]
+        seen = [n for s in leaves for n in s["nodes"]]
+        assert len(seen) == len(set(seen)) == len(compute), "a node under two leaves, or under none"
 
 
 def sample(hosts: list[str], k: int = 12) -> list[str]:
@@ -120,20 +131,21 @@ def sample(hosts: list[str], k: int = 12) -> list[str]:
 
 def test_nodes_have_the_planned_gres_and_shape(running):
     r = running
-    compute = r.spec.groups_with_role("compute")
-    assert len(r.nodes) == sum(g.count for g in compute)
-    for g in compute:
-        gres = f"gpu:{r.spec.parts.gpus[g.gpu].slurm_type}:{g.gpus_per_node}" if g.gpu else ""
-        parts = {p.name for p in r.spec.slurm.partitions if g.name in p.groups}
-        for host in sample(g.hosts):
-            if host not in r.nodes:
-                fail_with_log(r, f"{host} ({g.name}) unknown to slurmctld")
-            n = r.nodes[host]
-            assert n["gres"] == gres, f"{host}: Gres={n['gres']}, planned {gres}"
-            assert n["cpus"] == g.cpu.cpus
-            assert n["memory"] == g.memory_gb * 1024
-            assert n["partitions"] == parts
-            assert g.name in n.get("AvailableFeatures", "").split(",")
+    with journal_on_failure(r):
+        compute = r.spec.groups_with_role("compute")
+        assert len(r.nodes) == sum(g.count for g in compute)
+        for g in compute:
+            gres = f"gpu:{r.spec.parts.gpus[g.gpu].slurm_type}:{g.gpus_per_node}" if g.gpu else ""
+            parts = {p.name for p in r.spec.slurm.partitions if g.name in p.groups}
+            for host in sample(g.hosts):
+                if host not in r.nodes:
+                    fail_with_log(r, f"{host} ({g.name}) unknown to slurmctld")
+                n = r.nodes[host]
+                assert n["gres"] == gres, f"{host}: Gres={n['gres']}, planned {gres}"
+                assert n["cpus"] == g.cpu.cpus
+                assert n["memory"] == g.memory_gb * 1024
+                assert n["partitions"] == parts
+                assert g.name in n.get("AvailableFeatures", "").split(",")
 
 
 def test_start_up_time_is_reported(running, record_property):
