@@ -237,3 +237,42 @@ def test_entry_point_unwritable_output(tmp_path):
     (tmp_path / "f").write_text("x")
     res = entry("render", "examples/staging.yaml", "-o", str(tmp_path / "f" / "out"))
     assert res.returncode == 2 and "Traceback" not in res.stderr and res.stderr.startswith("error: ")
+
+
+# ---- inventory ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["staging", "meta-24k-ib", "frontier-mi250x-roce"])
+def test_inventory_agrees_with_the_plan(capsys, tmp_path, name):
+    """Host variables (leaf, pod, rack, HCAs) are the plan's, and the leaf/pod are topology.conf's switches."""
+    import yaml
+
+    rc, _out, _err = run(capsys, "inventory", str(example_path(name)), "-o", str(tmp_path))
+    assert rc == 0 and (tmp_path / "hosts.yml").is_file()
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # 3,000 hosts: libyaml when there is one
+    children = yaml.load((tmp_path / "hosts.yml").read_text(), Loader=loader)["all"]["children"]
+    loaded, plan = loaded_example(name)
+    spec = loaded.spec
+    members = {k: set((v or {}).get("hosts") or {}) for k, v in children.items()}
+    assert members["slurm_compute"] == {h for g in spec.groups_with_role("compute") for h in g.hosts}
+    assert members["slurm_controller"] == {h for g in spec.groups_with_role("controller") for h in g.hosts}
+    fabric = "fabric_ib" if spec.fabric.type == "infiniband" else "fabric_roce"
+    assert members[fabric] == {h for g in spec.fabric_groups for h in g.hosts}
+    parent = {c: s.name for s in plan.slurm_switches for c in s.switches}
+    racks: dict[str, list[str]] = {}
+    for g in spec.node_groups:
+        hosts = children[f"nodegroup_{g.name.replace('-', '_')}"]["hosts"]
+        assert list(hosts) == g.hosts
+        for h, hv in hosts.items():
+            racks.setdefault(hv["gpucluster_rack"], []).append(h)
+            assert hv["gpucluster_node_group"] == g.name
+            if g in spec.fabric_groups:
+                unit = plan.unit_of_host[h]
+                assert hv["gpucluster_leaf"] == unit.name
+                assert hv["gpucluster_hcas"] == plan.hcas(g) and hv["gpucluster_rails"] == g.nics_per_node
+                if plan.tiers == 3:
+                    assert hv["gpucluster_pod"] == parent[unit.name]
+    assert len(racks) == plan.rack_count
+    group_of = {h: g for g in spec.node_groups for h in g.hosts}
+    for hosts in racks.values():
+        assert len({group_of[h].name for h in hosts}) == 1, "a rack shared by two groups"
+        assert len(hosts) <= group_of[hosts[0]].nodes_per_rack
