@@ -46,7 +46,11 @@ def test_providers_pickle_by_reference_and_small(mock_run) -> None:
 def _serialize(props: dict):
     from pulumi.runtime import rpc
 
-    return asyncio.run(rpc.serialize_properties(props, {}))
+    loop = asyncio.new_event_loop()  # its own loop: asyncio.run would unset the thread's, which pulumi uses
+    try:
+        return loop.run_until_complete(rpc.serialize_properties(props, {}))
+    finally:
+        loop.close()
 
 
 def test_the_dynamic_provider_process_serves_them_over_grpc(mock_run) -> None:

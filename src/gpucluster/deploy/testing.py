@@ -27,7 +27,7 @@ from pulumi.runtime import rpc
 from pulumi.runtime import settings as _settings
 from pulumi.runtime._serialization import _deserialize
 from pulumi.runtime.stack import run_in_stack
-from pulumi.runtime.sync_await import _sync_await
+from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
 from gpucluster.deploy.facts import Expectation, Facts
 
@@ -180,6 +180,7 @@ def run_program(config: dict[str, str], *, stack: str = "test", project: str = "
 
     run = ProgramRun()
     mocks = mocks or ClusterMocks()
+    _ensure_event_loop()  # set_mocks may build a Stack, which needs one (asyncio.run elsewhere unsets it)
     pulumi.runtime.set_all_config(dict(config), list(secret_keys))
     pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=preview,
                              monitor=RecordingMonitor(mocks, run))
