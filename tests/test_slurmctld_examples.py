@@ -152,3 +152,40 @@ def test_start_up_time_is_reported(running, record_property):
     """Not a threshold: the figure goes into the JUnit report (and -s output) for the docs."""
     record_property(f"slurmctld_ready_s[{running.name}]", round(running.ready_s, 1))
     assert running.ready_s < START_TIMEOUT
+
+
+# ---- hostname shapes that `check` accepts must load too ------------------------------------------
+
+HOST_SHAPES = {
+    "index past the padding": {"hostname": "gpu##", "count": 120},  # gpu01 .. gpu99, gpu100 .. gpu120
+    "index from zero": {"hostname": "n###", "first_index": 0, "count": 9},
+    "hyphen before the index": {"hostname": "h100-#####", "first_index": 7, "count": 5},
+    "single node": {"hostname": "solo#", "count": 1},
+}
+
+
+@pytest.mark.parametrize("shape", HOST_SHAPES.values(), ids=HOST_SHAPES.keys())
+def test_hostname_shapes_load_in_slurmctld(shape, tmp_path):
+    """A spec that passes `check` must give hostlists slurmctld expands to exactly the generated names."""
+    if not slurmctld_available():
+        skip_or_fail("slurmctld/munged/scontrol not installed (apt-get install slurmctld slurm-client munge)")
+    from conftest import example_data, spec_from_data
+
+    from gpucluster.emulate import SlurmCluster
+    from gpucluster.fabric import plan_cluster
+    from gpucluster.spec.checks import check_meaning
+    from gpucluster.spec.model import LoadedSpec
+
+    data = example_data("staging")
+    data["node_groups"][1].update(shape)
+    data["fabric"]["nodes_per_leaf"] = 8
+    spec = spec_from_data(data)
+    assert not [f for f in check_meaning(LoadedSpec(spec=spec, source="x.yaml", lines={})) if f.level == "error"]
+    plan = plan_cluster(spec)
+    write_outputs(render_all(spec, plan, cabling=False), tmp_path)
+    with SlurmCluster(tmp_path, start_timeout=120) as cluster:
+        nodes, topo = cluster.nodes(), cluster.topology()
+        log = cluster.log_tail(40)
+    hosts = spec.group("gpu").hosts
+    assert set(nodes) == set(hosts), log
+    assert topo[plan.root_name]["nodes"] == set(hosts), log

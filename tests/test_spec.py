@@ -119,6 +119,9 @@ CASES = {
     "colliding hostnames through first_index": Case(
         "staging", '    hostname: "nfs##"\n', '    hostname: "gpu##"\n    first_index: 4\n', "node_groups[3].hostname",
         "hostname-collision", message="gpu04"),
+    "text after the index (slurmctld refuses gpu[01-04]-ib)": Case(
+        "staging", '    hostname: "gpu##"\n', '    hostname: "gpu##-ib"\n', "node_groups[1].hostname", "hostname",
+        fix="end the hostname with the '#' run", message="gpu[01-04]-ib"),
     "compute group in no partition": Case(
         "colossus-200k", "      groups: [h100, h200]\n", "      groups: [h100]\n", "node_groups[2].name", "partition",
         anchor="  - name: h200", message="'h200' is in no partition"),

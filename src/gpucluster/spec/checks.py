@@ -87,6 +87,11 @@ def _groups(spec: ClusterSpec) -> Iterator[Finding]:
         if g.role != "compute" and g.gpus_per_node:
             yield Finding(at + ("role",), f"a {g.role} group with GPUs is never scheduled by Slurm",
                           "make it role: compute, or drop its GPUs", "role", level="warning")
+        if not g.hostname.endswith("#"):
+            # Slurm's hostlists take no text after the bracket: slurmctld refuses NodeName=gpu[01-04]-ib
+            yield Finding(at + ("hostname",), f"'{g.hostname}' has text after the index; Slurm cannot list "
+                          f"such names as a range ({g.hostlist})", "end the hostname with the '#' run",
+                          "hostname")
     yield from _collisions(spec)
     roles = Counter(g.role for g in spec.node_groups)
     if roles["controller"] == 0:
