@@ -62,7 +62,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
                                 keep=args.keep)
         junits = outcome.junits
         rep.notes += outcome.notes
-        mode = f"via Slurm ({outcome.job_hosts} nodes in job(s) {', '.join(outcome.jobs) or '-'})"
+        over_ssh = len(hosts) - outcome.job_hosts
+        mode = (f"via Slurm: {outcome.job_hosts} nodes in job {', '.join(outcome.jobs) or '-'}, "
+                f"{over_ssh} hosts over SSH")
     else:
         res = runner.run_pytest(expect_path, hosts, workers, workdir, stream=args.verbose, extra=extra)
         if not res.junit.exists():
@@ -119,7 +121,8 @@ def register(sub) -> None:
     p.add_argument("--sbatch-args", default="", help="extra sbatch options, e.g. '--reservation=maint'")
     p.add_argument("--thresholds", help="YAML with NCCL/RCCL busbw thresholds per GPU x fabric (docs/validate.md)")
     p.add_argument("--nccl-bytes", default="8G", help="message size for the all_reduce check (default 8G)")
-    p.add_argument("--nccl-binary", default="all_reduce_perf", help="nccl-tests / rccl-tests binary")
+    p.add_argument("--nccl-binary", help="nccl-tests / rccl-tests all_reduce_perf (default: where the nccl role "
+                                          "builds it)")
     p.add_argument("-k", dest="keyword", help="only checks matching this pytest -k expression")
     p.add_argument("-v", "--verbose", action="store_true", help="stream pytest's own output")
     p.add_argument("--workdir", help="keep the run's files (expectations, logs, per-node JUnit) here")

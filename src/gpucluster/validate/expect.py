@@ -23,8 +23,6 @@ from gpucluster.validate.thresholds import Threshold, as_dict, threshold_for
 
 # Where the roles install things (roles/*/defaults and vars/Debian.yml); a contract with them.
 SLURM_CONF_DIR = "/etc/slurm"
-NCCL_CONF = "/etc/nccl.conf"
-NCCL_ENV = "/etc/profile.d/nccl.sh"
 MUNGE_KEY = "/etc/munge/munge.key"
 SLURMDBD_CONF = "/etc/slurm/slurmdbd.conf"
 
@@ -95,7 +93,7 @@ class Options:
     limit: str | None = None
     thresholds: list[Threshold] = field(default_factory=list)
     nccl_bytes: str = "8G"
-    nccl_binary: str = "all_reduce_perf"
+    nccl_binary: str | None = None  # default: the nccl role's build of all_reduce_perf
     run_id: str = ""
 
 
@@ -163,19 +161,25 @@ def build(inv: Inventory, opts: Options) -> dict:
             nodes[host] = {"gres": gres, "partitions": parts, "node_group": g.name}
     switches = []
     if spec.slurm.topology == "tree":
-        for sw in plan.slurm_switches:
-            switches.append({"name": sw.name, "level": sw.level,
-                             "nodes": sorted(n for expr in sw.nodes for n in hostlist.expand_hostlist(expr)),
-                             "switches": sorted(sw.switches)})
+        # `scontrol show topology` lists, for an upper switch, every node beneath it: compute that too.
+        below: dict[str, list[str]] = {}
+        for sw in plan.slurm_switches:  # leaves first, then each level above its children
+            own = [n for expr in sw.nodes for n in hostlist.expand_hostlist(expr)]
+            below[sw.name] = sorted(set(own).union(*(below.get(c, []) for c in sw.switches)))
+            switches.append({"name": sw.name, "level": sw.level, "nodes": sorted(own),
+                             "nodes_below": below[sw.name], "switches": sorted(sw.switches)})
 
+    from gpucluster.validate.roledata import SYSCTL_FILE, nccl_paths, role_expectations
+
+    paths = nccl_paths(inv.vars)
     nccl = {}
     for g in spec.gpu_groups:
         if g.role != "compute":
             continue
         conf_name, env_name = nccl_file_for(spec, plan, g)
-        nccl[g.name] = {"conf": {"path": NCCL_CONF, "name": conf_name, "sha256": sha256_text(rendered[conf_name]),
+        nccl[g.name] = {"conf": {"path": paths["conf"], "name": conf_name, "sha256": sha256_text(rendered[conf_name]),
                                  "text": rendered[conf_name]},
-                        "env": {"path": NCCL_ENV, "name": env_name, "sha256": sha256_text(rendered[env_name]),
+                        "env": {"path": paths["env"], "name": env_name, "sha256": sha256_text(rendered[env_name]),
                                 "text": rendered[env_name]}}
 
     st = spec.storage
@@ -190,8 +194,6 @@ def build(inv: Inventory, opts: Options) -> dict:
                     "servers": list(spec.group(tier.server_group).hosts),
                     "exports": [{"path": e.path, "mount": e.mount, "options": e.options, "unit": unit_name(e.mount)}
                                 for e in tier.exports]})
-
-    from gpucluster.validate.roledata import SYSCTL_FILE, role_expectations
 
     packages, sysctls, notes = role_expectations(inv.vars)
     roce = spec.fabric.roce
@@ -221,6 +223,7 @@ def build(inv: Inventory, opts: Options) -> dict:
             "topology": spec.slurm.topology,
             "accounting": spec.slurm.accounting,
             "dbd_conf": SLURMDBD_CONF,
+            "ctld_log": conf_keys(rendered["slurm.conf"]).get("SlurmctldLogFile", "/var/log/slurm/slurmctld.log"),
         },
         "services": {g: list(s) for g, s in SERVICES.items()},
         "packages": packages,
@@ -235,7 +238,8 @@ def build(inv: Inventory, opts: Options) -> dict:
         "fabric": {"type": spec.fabric.type,
                    "roce": {"dscp": roce.dscp, "pfc_priority": roce.pfc_priority, "mtu": roce.mtu,
                             "link_mtu": roce.link_mtu, "trust": "dscp"}},
-        "nccl_test": {"bytes": opts.nccl_bytes, "binary": opts.nccl_binary},
+        "nccl_test": {"bytes": opts.nccl_bytes,
+                      "binary": opts.nccl_binary or f"{paths['tests_dir']}/build/all_reduce_perf"},
     }
 
 

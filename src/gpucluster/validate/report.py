@@ -119,8 +119,11 @@ def parse_junit(path: Path, source: str = "") -> list[Result]:
 
 
 def _failure_text(message: str, details: str) -> str:
-    """The assertion's own words: pytest's 'AssertionError: ...' line, without the 'assert x == y' echo."""
+    """The assertion's own words: pytest's 'AssertionError: ...' line, without the 'assert x == y' echo.
+    pytest cuts long messages in the attribute ('[+N more lines; ...]'); the element text has them whole."""
     text = message or details
+    if re.search(r"\[\+\d+ more lines?; full report in element text\]", text) and details:
+        text = details
     text = re.sub(r"^(?:AssertionError|Failed): ", "", text)
     text = text.split("\nassert ")[0]
     return text.strip()

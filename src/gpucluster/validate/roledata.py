@@ -23,12 +23,17 @@ PACKAGES: tuple[tuple[str, str, dict[str, tuple[str, ...]]], ...] = (
         "slurm_compute": ("slurm-client", "slurm-wlm-basic-plugins", "slurmd"),
         "slurm_dbd": ("slurm-client", "slurm-wlm-basic-plugins", "slurmdbd"),
     }),
+    ("nfs", "nfs_ganesha_version", {"nfs_server": ("nfs-ganesha", "nfs-ganesha-vfs")}),
     ("flash_storage", "flash_storage_moosefs_version", {
         "flash_meta": ("moosefs-master",), "flash_chunk": ("moosefs-chunkserver",),
         "flash_client": ("moosefs-client",),
     }),
 )
 SYSCTLS = ("common", "common_sysctls", "all")
+# Where the nccl role installs the rendered files and builds nccl-tests / rccl-tests.
+NCCL_PATHS = ("nccl", {"conf": ("nccl_conf_path", "/etc/nccl.conf"),
+                       "env": ("nccl_env_script", "/etc/profile.d/gpucluster-nccl.sh"),
+                       "tests_dir": ("nccl_tests_dir", "/opt/nccl-tests")})
 SYSCTL_FILE = "/etc/sysctl.d/90-gpucluster.conf"  # roles/common/vars/Debian.yml __common_sysctl_file
 
 
@@ -54,6 +59,14 @@ def _value(var: str, role_defaults: dict, inv_vars: dict):
     if isinstance(value, str) and "{{" in value:
         return None  # a template: only Ansible can evaluate it
     return value
+
+
+def nccl_paths(inv_vars: dict) -> dict[str, str]:
+    """nccl.conf, env script and tests folder: the nccl role's defaults (or the inventory's override)."""
+    roles = roles_dir()
+    role, names = NCCL_PATHS
+    defaults = _defaults(roles, role) if roles else {}
+    return {k: str(_value(var, defaults, inv_vars) or fallback) for k, (var, fallback) in names.items()}
 
 
 def role_expectations(inv_vars: dict) -> tuple[dict, dict, list[str]]:

@@ -29,7 +29,7 @@ from gpucluster.validate.inventory import Host, Inventory
 from gpucluster.validate.runner import CHECKS_DIR, run_pytest
 
 # Pure-Python modules the nodes need; copied from this interpreter's environment.
-SITE_MODULES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "testinfra", "py")
+SITE_MODULES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "testinfra", "py")
 USABLE = ("idle", "alloc", "mix", "allocated", "mixed", "comp", "completing")
 
 
@@ -164,7 +164,11 @@ def run_via_slurm(inv: Inventory, doc: dict, expect_path: Path, workdir: Path, *
     if in_job:
         stage = inv.hosts[in_job[0]]
         remote = f"{doc['flash']['mount']}/.gpucluster-validate/{doc['run_id']}"
-        res = ssh(stage, f"mkdir -p {shlex.quote(remote)} && tar -xzf - -C {shlex.quote(remote)}",
+        mount = shlex.quote(doc["flash"]["mount"])
+        # Only onto the mounted tier: a folder in the bare mount point would keep the tier from mounting.
+        res = ssh(stage, f"findmnt -n -o FSTYPE {mount} | grep -q '^fuse' || "
+                         f"{{ echo '{doc['flash']['mount']} is not mounted'; exit 3; }}; "
+                         f"mkdir -p {shlex.quote(remote)} && tar -xzf - -C {shlex.quote(remote)}",
                   input=bundle_bytes(doc), timeout=300)
         if res.returncode != 0:
             raise UsageError(f"--via-slurm: cannot copy the suite to {stage.name}:{remote}: {_text(res)}")
@@ -176,7 +180,8 @@ def run_via_slurm(inv: Inventory, doc: dict, expect_path: Path, workdir: Path, *
         threads = []
         job_out: dict[str, tuple[int, str]] = {}
         for part, hosts in by_partition.items():
-            node_cmd = (f"python3 {remote}/checks/gpc_node.py {remote} {peers} "
+            # -I -S: nothing from the node's own site-packages or environment mixes with the bundle.
+            node_cmd = (f"python3 -I -S {remote}/checks/gpc_node.py {remote} {peers} "
                         + " ".join(shlex.quote(a) for a in extra))
             cmd = (f"sbatch --parsable --wait -J gpucluster-validate -N {len(hosts)} -w {','.join(hosts)} "
                    f"--ntasks-per-node=1 -t {shlex.quote(time_limit)} -o {remote}/slurm-%j.out "

@@ -26,6 +26,9 @@ def pytest_addoption(parser):
     g.addoption("--gpc-me", help="local mode: this node's inventory name")
     g.addoption("--gpc-peers", help="local mode: the nodes running the suite in the same job (ring checks)")
     g.addoption("--gpc-control-dir", help="folder for SSH control sockets shared by the workers")
+    g.addoption("--gpc-ssh", choices=("paramiko", "openssh"), default="paramiko",
+                help="paramiko: one connection per host and worker, no process per command (default); "
+                     "openssh: the ssh command, multiplexed (ProxyJump and other ssh_config features)")
 
 
 def pytest_configure(config):
@@ -41,7 +44,8 @@ def pytest_configure(config):
                       hosts=[h for h in hosts.split(",") if h] if hosts is not None else None,
                       me=config.getoption("--gpc-me"),
                       peers=[h for h in peers.split(",") if h] if peers else None,
-                      control_dir=config.getoption("--gpc-control-dir"))
+                      control_dir=config.getoption("--gpc-control-dir"),
+                      ssh_backend=config.getoption("--gpc-ssh"))
 
 
 def _groups(marker) -> tuple[str, ...]:

@@ -171,13 +171,14 @@ class Ctx:
     process runs on the node under test (inside a Slurm job) and talks to nothing else."""
 
     def __init__(self, doc: dict, mode: str = "ssh", hosts: list[str] | None = None, me: str | None = None,
-                 peers: list[str] | None = None, control_dir: str | None = None):
+                 peers: list[str] | None = None, control_dir: str | None = None, ssh_backend: str = "paramiko"):
         self.doc = doc
         self.mode = mode
         self.me = me
         self.run_hosts = list(hosts if hosts is not None else doc["selected"])
         self.peers = list(peers or ([] if mode == "local" else self.run_hosts))
         self.control_dir = control_dir or tempfile.gettempdir()
+        self.ssh_backend = ssh_backend
         self._hosts: dict[str, Any] = {}
         self._cache: dict[Any, Any] = {}
 
@@ -210,6 +211,8 @@ class Ctx:
             if name != self.me:
                 raise RuntimeError(f"local mode on {self.me}: cannot reach {name} (runs over SSH instead)")
             h = testinfra.get_host("local://")
+        elif self.ssh_backend == "paramiko" and _paramiko_ok(self.hostinfo(name)["ssh"]):
+            h = paramiko_host(self.hostinfo(name)["ssh"])
         else:
             ssh = self.hostinfo(name)["ssh"]
             spec = f"ssh://{ssh['user']}@{ssh['host']}" + (f":{ssh['port']}" if ssh.get("port") else "")
@@ -239,6 +242,69 @@ class Ctx:
         return self._cache[key]
 
 
+# ------------------------------------------------------------------ SSH without a process per command
+
+_UNSUPPORTED = ("proxyjump", "proxycommand", "-j ", "-o proxy", "certificatefile", "gssapi")
+
+
+def _ssh_options(extra: str) -> dict[str, str]:
+    """-o Key=Value pairs of an ssh command line, keys lower-cased."""
+    words = shlex.split(extra or "")
+    out: dict[str, str] = {}
+    for i, w in enumerate(words):
+        opt = words[i + 1] if w == "-o" and i + 1 < len(words) else (w[2:] if w.startswith("-o") and len(w) > 2
+                                                                      else None)
+        if opt and "=" in opt:
+            k, v = opt.split("=", 1)
+            out[k.strip().lower()] = v.strip()
+    return out
+
+
+def _paramiko_ok(ssh: dict) -> bool:
+    """Paramiko takes the inventory's key, port and known_hosts; anything fancier goes to OpenSSH."""
+    extra = (ssh.get("extra_args") or "").lower()
+    if any(u in extra for u in _UNSUPPORTED):
+        return False
+    try:
+        import paramiko  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def paramiko_host(ssh: dict):
+    """A testinfra Host over one paramiko connection: no ssh process per command, which is what makes a
+    few hundred checks per host cheap. Host keys are checked as strictly as the inventory says: the
+    known_hosts file it names (else ~/.ssh/known_hosts) and an unknown key refused."""
+    import paramiko
+    import testinfra.host
+    from testinfra.backend.paramiko import ParamikoBackend
+
+    opts = _ssh_options(ssh.get("extra_args") or "")
+    port = int(ssh.get("port") or 22)
+    backend = ParamikoBackend(f"paramiko://{ssh['user']}@{ssh['host']}:{port}",
+                              ssh_identity_file=ssh.get("identity"), timeout=20)
+    client = paramiko.SSHClient()
+    known = opts.get("userknownhostsfile")
+    if known and known.lower() != "/dev/null":
+        for path in known.split():
+            if Path(os.path.expanduser(path)).exists():
+                client.load_host_keys(os.path.expanduser(path))
+    else:
+        client.load_system_host_keys()
+    strict = opts.get("stricthostkeychecking", "yes").lower()
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy() if strict in ("no", "off", "accept-new")
+                                       else paramiko.RejectPolicy())
+    client.connect(ssh["host"], port=port, username=ssh["user"], key_filename=ssh.get("identity"),
+                   timeout=20, banner_timeout=30, auth_timeout=30, allow_agent=not ssh.get("identity"),
+                   look_for_keys=not ssh.get("identity"))
+    transport = client.get_transport()
+    if transport is not None:
+        transport.set_keepalive(15)
+    backend.__dict__["client"] = client  # ParamikoBackend.client is a cached_property: hand it ours
+    return testinfra.host.Host(backend)
+
+
 def run(host, command: str, timeout: int | None = None, retries: int = 2):
     """host.run with a retry when SSH itself (not the command) failed, e.g. a busy multiplexed master."""
     if timeout:
@@ -246,11 +312,41 @@ def run(host, command: str, timeout: int | None = None, retries: int = 2):
     for attempt in range(retries + 1):
         try:
             return host.run(command)
-        except RuntimeError:
+        except (RuntimeError, OSError, EOFError):
             if attempt == retries:
                 raise
             time.sleep(1 + attempt)
     raise AssertionError("unreachable")
+
+
+def unit_state(host, unit: str) -> dict[str, str]:
+    """ActiveState, SubState, UnitFileState, LoadState of a unit in one round trip."""
+    out = run(host, f"systemctl show -p ActiveState,SubState,UnitFileState,LoadState {shlex.quote(unit)}")
+    return dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+
+
+def stat(host, path: str) -> tuple[int, str, str] | None:
+    """(mode, owner, group) in one round trip; None when the path does not exist."""
+    out = run(host, f"stat -L -c '%a %U %G' {shlex.quote(path)}")
+    if out.rc != 0:
+        return None
+    mode, user, group = out.stdout.split()
+    return int(mode, 8), user, group
+
+
+def package_version(host, name: str) -> str | None:
+    """The installed version of a Debian package, None when it is not installed (one round trip)."""
+    out = run(host, f"dpkg-query -W -f '${{db:Status-Abbrev}} ${{Version}}' {shlex.quote(name)} 2>/dev/null")
+    parts = out.stdout.split()
+    return parts[1] if out.rc == 0 and len(parts) == 2 and parts[0].startswith("ii") else None
+
+
+def container_of(ctx, host) -> str | None:
+    """The container technology the node runs in (podman, docker, lxc, ...), None on bare metal and VMs."""
+    def probe():
+        virt = run(host, "systemd-detect-virt --container").stdout.strip()
+        return virt if virt and virt != "none" else None
+    return ctx.cached(("container", id(host)), probe)
 
 
 def journal(host, unit: str, lines: int = 25) -> str:

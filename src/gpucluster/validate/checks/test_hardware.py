@@ -115,8 +115,9 @@ def test_nccl_all_reduce_busbw(ctx, node, target, doc):
     if run(node, f"command -v {shlex.quote(binary)}").rc != 0:
         pytest.fail(f"{target.host}: {binary} (nccl-tests / rccl-tests) is not installed", pytrace=False)
     size = doc["nccl_test"]["bytes"]
-    out = run(node, f". /etc/profile.d/nccl.sh 2>/dev/null; {binary} -b {size} -e {size} -f 2 -g {want['count']} "
-                    "-n 20 -w 5", timeout=600)
+    env = (doc["nccl"].get(ctx.hostinfo(target.host)["node_group"]) or {}).get("env", {}).get("path")
+    source = f". {shlex.quote(env)} 2>/dev/null; " if env else ""
+    out = run(node, f"{source}{binary} -b {size} -e {size} -f 2 -g {want['count']} -n 20 -w 5", timeout=600)
     assert out.rc == 0, f"{target.host}: {binary} failed: {(out.stderr or out.stdout).strip()[-400:]}"
     busbw = max_busbw(out.stdout) or parse_busbw(out.stdout)
     assert busbw is not None, f"{target.host}: no bus bandwidth in {binary} output"
