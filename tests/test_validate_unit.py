@@ -274,6 +274,15 @@ def test_scontrol_records_and_states():
     assert conf == {"ProctrackType": "proctrack/linuxproc"}
 
 
+def test_ssh_options_from_the_inventory_keep_host_key_checking():
+    opts = lib._ssh_options("-o UserKnownHostsFile=/s/known_hosts -o StrictHostKeyChecking=yes "
+                            "-o ControlMaster=auto -oControlPersist=60s")
+    assert opts == {"userknownhostsfile": "/s/known_hosts", "stricthostkeychecking": "yes",
+                    "controlmaster": "auto", "controlpersist": "60s"}
+    assert lib._paramiko_ok({"extra_args": "-o StrictHostKeyChecking=yes"})
+    assert not lib._paramiko_ok({"extra_args": "-o ProxyJump=bastion"})  # OpenSSH handles those
+
+
 def test_busbw_parsing():
     out = ("#       size         count      type   redop    root     time   algbw   busbw #wrong ...\n"
            "  8589934592    2147483648     float     sum      -1    37012  232.08  406.14      0 ...\n"
@@ -380,6 +389,13 @@ def test_html_report_is_self_contained_and_escaped(junit):
     assert "<script>alert" not in html and "&lt;script&gt;" in html
     assert "http://" not in html and "https://" not in html  # nothing fetched from elsewhere
     assert html.index('id="host-gpu02"') < html.index('id="host-ctl01"')  # failing hosts first
+
+
+def test_long_failure_messages_are_kept_whole():
+    cut = "gpu02: service slurmd is inactive\nline 2\n[+4 more lines; full report in element text]"
+    whole = "gpu02: service slurmd is inactive\nline 2\nline 3\nline 4\nline 5\nline 6"
+    assert report._failure_text(cut, whole) == whole
+    assert report._failure_text("AssertionError: gpu02: x\nassert 1 == 2", "") == "gpu02: x"
 
 
 def test_merge_junit_sums_suites(junit, tmp_path):

@@ -43,8 +43,8 @@ def test_flash_mounted(node, target, doc):
 def test_flash_read_write(node, target, doc):
     fl = _flash(doc)
     _require_mounted(node, target, fl)
-    d = f"{fl['mount']}/{PROBE_DIR}/rw"
-    path = f"{d}/{target.host}.{secrets.token_hex(4)}"
+    d = f"{fl['mount']}/{PROBE_DIR}"
+    path = f"{d}/{doc['run_id']}.{target.host}.{secrets.token_hex(4)}.rw"
     cmd = (f"mkdir -p {d} && a=$(head -c 1048576 /dev/urandom | tee {path} | sha256sum) && sync {path} && "
            f"b=$(sha256sum < {path}) && rm -f {path} && [ \"$a\" = \"$b\" ] && echo ok")
     out = run(node, cmd, timeout=120)
@@ -68,9 +68,11 @@ def test_flash_same_content_across_nodes(ctx, node, target, doc):
     peer = _ring_peer(ctx, target.host)
     if peer is None:
         pytest.skip(f"{target.host}: no second flash client validated alongside it (use a wider --limit)")
-    d = f"{fl['mount']}/{PROBE_DIR}/{doc['run_id']}"
+    # Over SSH: a file per run and host, removed again. In a Slurm job: inside the run's bundle folder
+    # (removed with it), where every node of the job writes its token and reads its neighbour's.
+    d = f"{fl['mount']}/{PROBE_DIR}" + (f"/{doc['run_id']}" if ctx.mode == "local" else "")
     token = f"{doc['run_id']}:{target.host}"
-    mine = f"{d}/{target.host}.token"
+    mine = f"{d}/{doc['run_id']}.{target.host}.token"
     out = run(node, f"mkdir -p {d} && printf %s {shlex.quote(token)} > {mine} && sync {mine}")
     assert out.rc == 0, f"{target.host}: cannot write {mine}: {out.stderr.strip()}"
     if ctx.mode == "ssh":
@@ -85,7 +87,7 @@ def test_flash_same_content_across_nodes(ctx, node, target, doc):
     # Every node of the job both writes its token and reads its predecessor's, so each pair is covered.
     prev = [h for h in ctx.peers if ctx.in_group(h, "flash_client")]
     source = prev[(prev.index(target.host) - 1) % len(prev)]
-    theirs = f"{d}/{source}.token"
+    theirs = f"{d}/{doc['run_id']}.{source}.token"
     deadline = time.monotonic() + 90
     got = None
     while time.monotonic() < deadline:
