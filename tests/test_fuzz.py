@@ -61,9 +61,29 @@ def load_or_findings(path: Path):
         return exc.findings
     plan = plan_cluster(loaded.spec)
     plan_summary(plan)
-    for value in render_all(loaded.spec, plan, cabling=False).values():
+    out = render_all(loaded.spec, plan, cabling=False)
+    for value in out.values():
         assert isinstance(value, str)
+    assert_parseable(out)
     return []
+
+
+SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:=^/+-]*$")  # nothing a shell or slurm.conf's tokenizer would split
+
+
+def assert_parseable(out: dict[str, str]) -> None:
+    """Whatever the spec said, the configs stay Key=Value tokens and the env scripts stay inert."""
+    for name, text in out.items():
+        if name.endswith(".conf"):
+            for line in text.splitlines():
+                if line and not line.startswith("#"):
+                    assert all("=" in tok for tok in line.split()), f"{name}: {line!r}"
+        elif name.endswith(".sh"):
+            for line in text.splitlines():
+                if line and not line.startswith("#"):
+                    key, _, value = line.removeprefix("export ").partition("=")
+                    assert line.startswith("export ") and key.isidentifier(), f"{name}: {line!r}"
+                    assert SAFE_VALUE.match(value), f"{name}: unsafe value in {line!r}"
 
 
 def cli_check(path: Path) -> tuple[int, str]:
@@ -106,6 +126,11 @@ scalars = st.one_of(
 values = st.one_of(scalars, st.lists(scalars, max_size=3), st.dictionaries(st.text(max_size=6), scalars, max_size=3))
 
 
+OPTIONAL_KEYS = ["features", "hcas", "first_index", "gres_detect", "nodes_per_leaf", "rails", "link_speed_gbps",
+                 "qps_per_connection", "management_interface", "rail_groups", "nodes_per_pod", "client_groups",
+                 "max_nodes", "priority_tier", "oversubscription", "tiers", "gid_index", "hca_prefix"]
+
+
 @st.composite
 def mutated_specs(draw) -> dict:
     data = example_data(draw(st.sampled_from(BASES)))
@@ -115,8 +140,12 @@ def mutated_specs(draw) -> dict:
         if not path:
             continue
         parent, key = get(data, path[:-1]), path[-1]
-        op = draw(st.sampled_from(["delete", "replace", "rename", "wrap", "duplicate"]))
-        if op == "delete":
+        op = draw(st.sampled_from(["delete", "replace", "rename", "wrap", "duplicate", "add"]))
+        if op == "add":  # an optional key the examples leave out, with any value
+            target = get(data, path) if isinstance(get(data, path), dict) else parent
+            if isinstance(target, dict):
+                target[draw(st.sampled_from(OPTIONAL_KEYS))] = draw(values)
+        elif op == "delete":
             del parent[key]
         elif op == "replace":
             parent[key] = draw(values)
@@ -137,6 +166,26 @@ def test_mutated_data_only_raises_spec_error(spec_file, data):
     except yaml.YAMLError:
         return
     load_or_findings(spec_file(text))
+
+
+# Text fields that land in rendered files, each set to any short text: one field at a time, so the rest of
+# the spec stays valid and the render is reached.
+TEXT_FIELDS = [
+    (("node_groups", 1), "features", True), (("node_groups", 1), "hcas", True), (("node_groups", 1), "hostname", False),
+    (("node_groups", 1), "name", False), (("fabric",), "management_interface", False), ((), "name", False),
+    (("slurm", "partitions", 0), "name", False), (("slurm", "partitions", 0), "max_time", False),
+    (("storage", "nfs", 0, "exports", 0), "options", False), (("storage", "flash"), "mount", False),
+]
+words = st.text(alphabet=st.sampled_from("ab01_-.:,=# $`;'\"|&()\n\t/\\^[]{}*"), min_size=1, max_size=10)
+
+
+@settings(FUZZ, max_examples=100)
+@given(st.sampled_from(TEXT_FIELDS), words)
+def test_any_text_in_a_rendered_field_renders_parseably(spec_file, field, word):
+    path, key, is_list = field
+    data = example_data("staging")
+    get(data, path)[key] = [word] if is_list else word
+    load_or_findings(spec_file(yaml.safe_dump(data, sort_keys=False)))
 
 
 # ---- text mutations ----------------------------------------------------------------------------

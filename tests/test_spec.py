@@ -122,6 +122,12 @@ CASES = {
     "text after the index (slurmctld refuses gpu[01-04]-ib)": Case(
         "staging", '    hostname: "gpu##"\n', '    hostname: "gpu##-ib"\n', "node_groups[1].hostname", "hostname",
         fix="end the hostname with the '#' run", message="gpu[01-04]-ib"),
+    "a feature with a space (would split slurm.conf's NodeName line)": Case(
+        "staging", "    nodes_per_rack: 2\n", "    nodes_per_rack: 2\n    features: [ndr ib]\n",
+        "node_groups[1].features[0]", "string_pattern_mismatch", anchor="    features:"),
+    "an HCA name with shell text (lands in the sourced nccl-env.sh)": Case(
+        "frontier-mi250x-roce", "    hcas: [mlx5_0, mlx5_1, mlx5_2, mlx5_3]\n",
+        "    hcas: [mlx5_0, mlx5_1, mlx5_2, '$(reboot)']\n", "node_groups[1].hcas[3]", "string_pattern_mismatch"),
     "compute group in no partition": Case(
         "colossus-200k", "      groups: [h100, h200]\n", "      groups: [h100]\n", "node_groups[2].name", "partition",
         anchor="  - name: h200", message="'h200' is in no partition"),

@@ -26,7 +26,7 @@ class NicModel(_Part):
     name: str
     speed_gbps: int = Field(gt=0)
     fabrics: tuple[str, ...] = Field(min_length=1, description="infiniband and/or roce")
-    hca_prefix: str = "mlx5_"
+    hca_prefix: str = Field(default="mlx5_", pattern=r"^[A-Za-z0-9_.-]*$", description="lands in nccl-env.sh")
 
 
 class SwitchModel(_Part):

@@ -9,15 +9,17 @@ from __future__ import annotations
 import re
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from gpucluster.catalog import Catalog
 
 NAME = r"^[a-z][a-z0-9-]*$"
 Role = Literal["compute", "controller", "login", "storage"]
 Tier = Literal["leaf", "spine", "core"]
+# Words that land unquoted in slurm.conf (Feature=) and in the sourced nccl-env.sh (NCCL_IB_HCA=)
+Word = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]+$")]
 
 
 class Strict(BaseModel):
@@ -57,9 +59,9 @@ class NodeGroup(Strict):
     )
     nic: str | None = None
     nics_per_node: int = Field(default=0, ge=0, le=16)
-    hcas: tuple[str, ...] | None = Field(default=None, description="HCA names per rail; default <prefix>0..N-1")
+    hcas: tuple[Word, ...] | None = Field(default=None, description="HCA names per rail; default <prefix>0..N-1")
     nodes_per_rack: int = Field(default=1, ge=1, le=256)
-    features: tuple[str, ...] = ()
+    features: tuple[Word, ...] = ()
 
     @cached_property
     def digits(self) -> int:
