@@ -128,6 +128,9 @@ CASES = {
     "an HCA name with shell text (lands in the sourced nccl-env.sh)": Case(
         "frontier-mi250x-roce", "    hcas: [mlx5_0, mlx5_1, mlx5_2, mlx5_3]\n",
         "    hcas: [mlx5_0, mlx5_1, mlx5_2, '$(reboot)']\n", "node_groups[1].hcas[3]", "string_pattern_mismatch"),
+    "a partition named default (slurmctld: 'No PartitionName information')": Case(
+        "staging", "    - name: gpu\n", "    - name: default\n", "slurm.partitions[0].name", "partition",
+        fix="another name"),
     "compute group in no partition": Case(
         "colossus-200k", "      groups: [h100, h200]\n", "      groups: [h100]\n", "node_groups[2].name", "partition",
         anchor="  - name: h200", message="'h200' is in no partition"),

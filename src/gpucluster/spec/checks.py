@@ -132,6 +132,9 @@ def _partitions(spec: ClusterSpec) -> Iterator[Finding]:
         defaults += p.default
         if seen[p.name] > 1:
             yield Finding(at + ("name",), f"partition '{p.name}' is declared twice", "rename one", "duplicate")
+        if p.name.lower() == "default":  # PartitionName=DEFAULT only sets defaults; slurmctld then has none
+            yield Finding(at + ("name",), "'default' is Slurm's keyword for partition defaults, not a partition",
+                          "give the partition another name (mark it default: true instead)", "partition")
         for j, group in enumerate(p.groups):
             if group not in names:
                 yield Finding(at + ("groups", j), f"'{group}' is not a node group",
