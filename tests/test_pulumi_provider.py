@@ -30,8 +30,8 @@ def mock_run():
     return run_program(stack_config(example_path("meta-rsc-phase1"), sshKeyPath=KEY), stack="serialise")
 
 
-def _inputs(run, typ: str) -> dict:
-    return unwrap(next(r for r in run.resources if r.type == typ).inputs)
+def _inputs(run, typ: str, name: str | None = None) -> dict:
+    return unwrap(next(r for r in run.resources if r.type == typ and name in (None, r.name)).inputs)
 
 
 def test_providers_pickle_by_reference_and_small(mock_run) -> None:
@@ -69,7 +69,7 @@ def test_the_dynamic_provider_process_serves_them_over_grpc(mock_run) -> None:
         stub = provider_pb2_grpc.ResourceProviderStub(channel)
         stub.Configure(provider_pb2.ConfigureRequest(args=_serialize({})), timeout=60)
 
-        secret = _inputs(mock_run, SECRET)
+        secret = _inputs(mock_run, SECRET, "munge-key")
         urn = "urn:pulumi:serialise::gpucluster::pulumi-python:dynamic/gpucluster:ClusterSecret::munge-key"
         checked = stub.Check(provider_pb2.CheckRequest(urn=urn, olds=_serialize({}), news=_serialize(secret)),
                              timeout=60)
