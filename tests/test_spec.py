@@ -347,3 +347,16 @@ def test_missing_file_is_a_finding(tmp_path):
     fs = findings_of(tmp_path / "nope.yaml")
     assert [f.rule for f in fs] == ["file"]
     assert str(tmp_path / "nope.yaml") in fs[0].render()
+
+
+def test_compute_group_off_the_fabric_is_warned(write_spec):
+    """slurmctld warns 'switches lack access to 2 nodes' for compute nodes under no switch; check says so first."""
+    extra = ('  - name: cpu\n    role: compute\n    count: 2\n    hostname: "cpu##"\n'
+             "    cpu: {sockets: 1, cores_per_socket: 1, threads_per_core: 1}\n    memory_gb: 1\nfabric:\n")
+    text, _ = mutate(example_text("staging"), "fabric:\n", extra)
+    text, _ = mutate(text, "      groups: [gpu]\n", "      groups: [gpu, cpu]\n")
+    path = write_spec(text)
+    load_spec(path)  # a warning, not an error
+    fs = check_meaning(load_unchecked(path, check=False))
+    w = one(fs, "node_groups[4].nics_per_node", "topology")
+    assert w.level == "warning" and w.line == line_of(text, "  - name: cpu") and w.fix

@@ -193,6 +193,14 @@ def _fabric(spec: ClusterSpec) -> Iterator[Finding]:
     elif fab.scalable_unit_nodes is not None:
         yield Finding(("fabric", "scalable_unit_nodes"), "scalable units are for rail-optimized designs",
                       "use nodes_per_leaf on fat-tree fabrics", "design")
+    if spec.slurm.topology != "none":
+        for i, g in enumerate(spec.node_groups):
+            if g.role == "compute" and g not in groups:
+                # slurmctld: "switches lack access to N nodes"; jobs need a common switch to span nodes
+                yield Finding(("node_groups", i, "nics_per_node"),
+                              f"compute group '{g.name}' has no fabric NICs, so topology.conf puts it under no "
+                              "switch and multi-node jobs cannot use it", "give it nic and nics_per_node, or set "
+                              "slurm.topology: none", "topology", level="warning")
     if "core" in fab.oversubscription:
         yield Finding(("fabric", "oversubscription", "core"), "the core is the top tier and has no uplinks",
                       "remove it; oversubscribe leaf or spine", "ratio-tier")
