@@ -18,7 +18,7 @@ from pathlib import Path
 import hostlist
 import pytest
 import yaml
-from conftest import example_path, loaded_example
+from conftest import example_path, loaded_example, skip_or_fail
 
 from gpucluster.errors import UsageError
 from gpucluster.inventory.writer import inventory_data
@@ -381,6 +381,16 @@ def test_summary_puts_failing_hosts_first_and_lists_skip_reasons(junit):
     assert len(lines) < 40  # one screen
 
 
+def test_summary_of_a_fleet_stays_on_one_screen():
+    bad = [report.Result("test_slurmd_answers", "slurm_compute", f"gpu{i:04d}", None, "failed",
+                         f"gpu{i:04d}: slurmd does not answer") for i in range(1, 301)]
+    good = [report.Result("test_service_active", "all", f"gpu{i:04d}", "ssh", "passed") for i in range(1, 1001)]
+    text = report.summary_text(report.Report(results=bad + good, seconds=9.0, title="fleet"))
+    assert len(text.splitlines()) < 40
+    assert "292 more failing hosts: gpu[0009-0300]" in text
+    assert "test_slurmd_answers: 300 host(s) gpu[0001-0300]" in text
+
+
 def test_html_report_is_self_contained_and_escaped(junit):
     results = report.parse_junit(junit)
     results[0].message = "<script>alert(1)</script>"
@@ -440,7 +450,7 @@ def test_bundle_runs_with_the_system_python(doc, tmp_path):
     the local backend. Here this machine plays a node in no group but 'all'."""
     py = shutil.which("python3", path="/usr/bin")
     if not py:
-        pytest.skip("no /usr/bin/python3 on this machine")
+        skip_or_fail("no /usr/bin/python3 on this machine (the nodes' interpreter)")
     doc = {**doc, "hosts": {**doc["hosts"], "thisnode": {"groups": [], "node_group": None, "hcas": []}},
            "selected": ["thisnode"]}
     with tarfile.open(fileobj=io.BytesIO(viaslurm.bundle_bytes(doc))) as tar:

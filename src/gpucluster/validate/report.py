@@ -148,7 +148,16 @@ def merge_junit(inputs: list[tuple[Path, str]], out: Path) -> Path:
     return out
 
 
-def summary_text(rep: Report, width: int = 100, max_failures: int = 12) -> str:
+def _hostlist(hosts: list[str]) -> str:
+    try:
+        import hostlist
+
+        return hostlist.collect_hostlist(hosts)
+    except (ImportError, ValueError):
+        return ",".join(hosts)
+
+
+def summary_text(rep: Report, width: int = 100, max_failures: int = 12, max_hosts: int = 8) -> str:
     """The one-screen summary: failing hosts first, counts per group, skip reasons, differences."""
     lines: list[str] = []
     c = Counter(r.outcome for r in rep.results)
@@ -160,7 +169,7 @@ def summary_text(rep: Report, width: int = 100, max_failures: int = 12) -> str:
         lines.append("")
         lines.append(f"FAILING HOSTS ({len(failing)}):")
         shown = 0
-        for host, n in failing:
+        for host, n in failing[:max_hosts]:
             lines.append(f"  {host}: {n['failed']} failed")
             for r in [r for r in rep.failed if r.host == host]:
                 if shown >= max_failures:
@@ -168,8 +177,18 @@ def summary_text(rep: Report, width: int = 100, max_failures: int = 12) -> str:
                 first = r.message.splitlines()[0] if r.message else "(no message)"
                 lines.append(_clip(f"    {r.name} [{r.group}]: {first}", width))
                 shown += 1
+        if len(failing) > max_hosts:
+            rest = [h for h, _n in failing[max_hosts:]]
+            lines.append(_clip(f"  ... {len(rest)} more failing hosts: {_hostlist(rest)}", width))
         if len(rep.failed) > shown:
-            lines.append(f"    ... {len(rep.failed) - shown} more in the report")
+            lines.append(f"    ... {len(rep.failed) - shown} more failed checks in the report")
+        if len(failing) > 1:
+            by_check: dict[str, list[str]] = defaultdict(list)
+            for r in rep.failed:
+                by_check[r.name].append(r.host)
+            lines.append("  by check:")
+            for name, on in sorted(by_check.items(), key=lambda kv: -len(kv[1]))[:5]:
+                lines.append(_clip(f"    {name}: {len(on)} host(s) {_hostlist(sorted(set(on)))}", width))
     lines.append("")
     lines.append(f"  {'group':<20}{'passed':>8}{'failed':>8}{'skipped':>9}{'differs':>9}")
     for group, n in rep.counts_by_group().items():
