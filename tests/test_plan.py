@@ -177,6 +177,14 @@ def check_ratios(plan: Plan, warnings: list[Finding]) -> None:
             assert tp.tier in rounded, f"{tp.tier}: {tp.down}/{tp.up} != {declared} and no warning"
 
 
+def check_bisection(plan: Plan) -> None:
+    """Non-blocking everywhere: half the endpoints' bandwidth crosses the worst even cut."""
+    if all(plan.spec.fabric.ratio(t.tier) == 1 for t in plan.tier_plans if t.up):
+        assert plan.bisection_tbps == round(plan.endpoints * plan.speed_gbps / 2 / 1000, 3)
+    else:
+        assert plan.bisection_tbps <= plan.endpoints * plan.speed_gbps / 2 / 1000
+
+
 def check_counts(plan: Plan) -> None:
     spec = plan.spec
     assert plan.nodes == sum(g.count for g in spec.node_groups)
@@ -213,6 +221,7 @@ def test_example_ratios_and_counts(name):
     loaded, plan = loaded_example(name)
     check_ratios(plan, [f for f in check_meaning(loaded) if f.level == "warning"])
     check_counts(plan)
+    check_bisection(plan)
 
 
 def test_meta_24k_figures():
@@ -348,6 +357,7 @@ def test_generated_plans_hold_every_invariant(data):
     event(f"planned: {plan.design}, {plan.tiers} tiers")
     check_counts(plan)
     check_ratios(plan, findings)
+    check_bisection(plan)
     check_slurm_tree(plan)
     check_cabling(plan)
     assert plan.tiers in (2, 3) and (data["fabric"]["tiers"] == "auto" or plan.tiers == data["fabric"]["tiers"])

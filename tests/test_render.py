@@ -368,3 +368,41 @@ def test_templates_come_from_the_templates_dir():
     for f in ("slurm/slurm.conf.j2", "slurm/topology.conf.j2", "slurm/gres.conf.j2", "slurm/cgroup.conf.j2",
               "nccl/nccl.conf.j2", "nccl/nccl-env.sh.j2"):
         assert (t / f).is_file()
+
+
+def test_topology_none_writes_no_topology_conf():
+    data = example_data("staging")
+    data["slurm"]["topology"] = "none"
+    out = render_spec(spec_from_data(data))
+    assert "topology.conf" not in out
+    assert "TopologyPlugin" not in params(out["slurm.conf"])
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_bom_counts_come_from_the_plan(name):
+    import csv
+
+    spec, plan = loaded_example(name)[0].spec, loaded_example(name)[1]
+    rows = list(csv.reader(rendered(name)["bom.csv"].splitlines()))
+    assert rows[0] == ["category", "item", "model", "description", "quantity"]
+    qty = {(r[0], r[1]): int(r[4]) for r in rows[1:]}
+    for tier, count in plan.switches.items():
+        assert qty[("switch", tier)] == count
+    for g in spec.node_groups:
+        assert qty[("node", g.name)] == g.count
+    for key, n in plan.gpus_by_type.items():
+        # cards, not GPUs: an MI250X card is two GCDs (two GPUs to Slurm)
+        assert qty[("gpu", key)] * spec.parts.gpus[key].devices_per_card == n
+    nics: dict[str, int] = {}
+    for g in spec.node_groups:
+        if g.nic:
+            nics[g.nic] = nics.get(g.nic, 0) + g.count * g.nics_per_node
+    assert {k[1]: v for k, v in qty.items() if k[0] == "nic"} == nics
+    assert {k[1]: v for k, v in qty.items() if k[0] == "cable"} == plan.links
+    assert qty[("transceiver", "switch-switch")] == 2 * sum(v for k, v in plan.links.items() if k != "node-leaf")
+    assert qty[("rack", "nodes")] == sum(-(-g.count // g.nodes_per_rack) for g in spec.node_groups)
+
+
+def test_mi250x_bom_counts_cards():
+    gpu = next(r.split(",") for r in rendered("frontier-mi250x-roce")["bom.csv"].splitlines() if r.startswith("gpu,"))
+    assert gpu[1] == "mi250x" and int(gpu[-1]) == 384 * 4  # 4 cards a node, 8 GCDs
