@@ -291,6 +291,65 @@ def test_busbw_parsing():
     assert lib.parse_busbw(out) == pytest.approx(406.14)
 
 
+# ------------------------------------------------------------------ GPU checks against fake vendor tools
+
+_FAKE_SMI = """#!/bin/sh
+# nvidia-smi --query-gpu=index,name,ecc.mode.current,persistence_mode --format=csv,noheader
+i=0
+while [ $i -lt 8 ]; do
+  ecc=Enabled; [ "$i" = "$BAD_ECC_GPU" ] && ecc=Disabled
+  echo "$i, NVIDIA H100 80GB HBM3, $ecc, Enabled"
+  i=$((i+1))
+done
+"""
+
+_FAKE_ALL_REDUCE = """#!/bin/sh
+echo "#       size         count      type   redop    root     time   algbw   busbw #wrong"
+echo "  8589934592    2147483648     float     sum      -1    37012  $ALGBW  $BUSBW      0"
+echo "# Avg bus bandwidth    : $BUSBW"
+"""
+
+
+def _gpu_run(doc: dict, tmp_path: Path, busbw: str, bad_ecc: str = "") -> dict[str, str]:
+    """The GPU checks in local mode on this machine, with nvidia-smi and all_reduce_perf faked on PATH
+    (this machine has no /dev/nvidia0, so no stand-in is detected and the vendor tool is asked)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, text in (("nvidia-smi", _FAKE_SMI), ("all_reduce_perf", _FAKE_ALL_REDUCE)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    gpu = {**doc["hosts"]["gpu01"]["gpu"], "count": 8,
+           "threshold": {"gpu": "h100-sxm5-80g", "fabric": "*", "gpus": 8, "busbw": 460.0}}
+    doc = {**doc, "hosts": {**doc["hosts"], "thisnode": {"groups": ["gpu_nvidia"], "node_group": "gpu",
+                                                         "hcas": [], "gpu": gpu}},
+           "nccl_test": {"bytes": "8G", "binary": "all_reduce_perf"}}
+    exp = tmp_path / "exp.json"
+    exp.write_text(json.dumps(doc))
+    junit = tmp_path / f"gpu-{busbw}-{bad_ecc}.xml"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "BUSBW": busbw, "ALGBW": "250.00",
+           "BAD_ECC_GPU": bad_ecc}
+    subprocess.run([sys.executable, "-m", "pytest", str(CHECKS_DIR), "-c", str(CHECKS_DIR / "pytest.ini"),
+                    f"--rootdir={CHECKS_DIR}", f"--gpc-expect={exp}", "--gpc-mode=local", "--gpc-me=thisnode",
+                    "--gpc-hosts=thisnode", "--gpc-peers=thisnode", f"--junitxml={junit}", "-p", "no:xdist",
+                    "-k", "test_gpu_ or test_nccl_all_reduce"], capture_output=True, env=env, check=False,
+                   cwd=tmp_path, timeout=300)
+    return {r.name: r.outcome for r in report.parse_junit(junit)}
+
+
+def test_gpu_checks_read_the_vendor_tool_and_can_fail(doc, tmp_path):
+    if Path("/dev/nvidia0").exists():
+        pytest.skip("this machine has /dev/nvidia0: the fake nvidia-smi would not be the only GPU source")
+    good = _gpu_run(doc, tmp_path, busbw="471.20")
+    assert good["test_gpu_count_and_model"] == "passed"
+    assert good["test_nccl_all_reduce_busbw[all_reduce]"] == "passed"
+    assert {good[f"test_gpu_ecc_enabled[gpu{i}]"] for i in range(8)} == {"passed"}
+    assert {good[f"test_gpu_persistence_mode[gpu{i}]"] for i in range(8)} == {"passed"}
+    bad = _gpu_run(doc, tmp_path, busbw="301.50", bad_ecc="5")
+    assert bad["test_nccl_all_reduce_busbw[all_reduce]"] == "failed"  # 301.5 < 460 GB/s
+    assert bad["test_gpu_ecc_enabled[gpu5]"] == "failed"
+    assert bad["test_gpu_ecc_enabled[gpu4]"] == "passed"
+
+
 # ------------------------------------------------------------------ thresholds
 
 

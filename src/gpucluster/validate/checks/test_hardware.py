@@ -116,7 +116,8 @@ def test_nccl_all_reduce_busbw(ctx, node, target, doc):
         pytest.fail(f"{target.host}: {binary} (nccl-tests / rccl-tests) is not installed", pytrace=False)
     size = doc["nccl_test"]["bytes"]
     env = (doc["nccl"].get(ctx.hostinfo(target.host)["node_group"]) or {}).get("env", {}).get("path")
-    source = f". {shlex.quote(env)} 2>/dev/null; " if env else ""
+    # `. missing-file` ends a POSIX sh: test first (the env script's own check reports it missing).
+    source = f"if [ -r {shlex.quote(env)} ]; then . {shlex.quote(env)}; fi; " if env else ""
     out = run(node, f"{source}{binary} -b {size} -e {size} -f 2 -g {want['count']} -n 20 -w 5", timeout=600)
     assert out.rc == 0, f"{target.host}: {binary} failed: {(out.stderr or out.stdout).strip()[-400:]}"
     busbw = max_busbw(out.stdout) or parse_busbw(out.stdout)
