@@ -16,10 +16,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import yaml
-
 from gpucluster.errors import UsageError
 from gpucluster.fabric import Plan
+from gpucluster.inventory.writer import write_inventory_data
 from gpucluster.spec.model import ClusterSpec, LoadedSpec
 
 SLURM_FILES = ("slurm.conf", "topology.conf", "gres.conf", "cgroup.conf")
@@ -131,37 +130,6 @@ def stack_output(stack: str, name: str, *, show_secrets: bool = False, otherwise
         return json.loads(res.stdout)
     except ValueError:
         raise UsageError(f"pulumi stack output --stack {stack} {name} did not print JSON") from None
-
-
-class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):
-    pass
-
-
-_Dumper.add_representer(type(None), lambda d, _: d.represent_scalar("tag:yaml.org,2002:null", ""))
-
-
-def write_inventory_data(outdir: Path, data: dict) -> Path:
-    """hosts.yml from inventory data, byte for byte what `write_inventory` writes for the same data (a test
-    holds the two together). `write_inventory` starts from a spec; a stack hands over the data."""
-    try:
-        name = data["all"]["vars"]["gpucluster_cluster"]
-        data["all"]["children"]["slurm_compute"]
-    except (KeyError, TypeError):
-        raise UsageError("the stack's inventory output is not a gpucluster inventory "
-                         "(no all.vars.gpucluster_cluster or contract groups)") from None
-    text = ("# Ansible inventory for " + name + ": written by gpucluster (docs/inventory.md).\n"
-            + yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=200))
-    outdir = Path(outdir)
-    try:
-        outdir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".hosts-", dir=outdir)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, outdir / "hosts.yml")
-    except OSError as exc:
-        raise UsageError(f"{outdir}: cannot write the inventory ({exc.strerror or exc})") from None
-    return outdir / "hosts.yml"
 
 
 def inventory_from_stack(stack: str, outdir: Path) -> Path:

@@ -97,12 +97,15 @@ class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # libyaml: 20x fa
 _Dumper.add_representer(type(None), lambda d, _: d.represent_scalar("tag:yaml.org,2002:null", ""))
 
 
-def write_inventory(outdir: Path, spec: ClusterSpec, plan: Plan, connection: dict[str, dict] | None = None,
-                    extra_vars: dict | None = None) -> Path:
-    """Write outdir/hosts.yml atomically; returns its path."""
+def write_inventory_data(outdir: Path, data: dict) -> Path:
+    """Write outdir/hosts.yml atomically from inventory data (ours, or a Pulumi stack's export)."""
+    try:
+        name = data["all"]["vars"]["gpucluster_cluster"]
+        data["all"]["children"]["slurm_compute"]
+    except (KeyError, TypeError):
+        raise UsageError("not a gpucluster inventory (no all.vars.gpucluster_cluster or contract groups)") from None
     outdir = Path(outdir)
-    data = inventory_data(spec, plan, connection, extra_vars)
-    text = ("# Ansible inventory for " + spec.name + ": written by gpucluster (docs/inventory.md).\n"
+    text = ("# Ansible inventory for " + name + ": written by gpucluster (docs/inventory.md).\n"
             + yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=200))
     try:
         outdir.mkdir(parents=True, exist_ok=True)
@@ -114,3 +117,9 @@ def write_inventory(outdir: Path, spec: ClusterSpec, plan: Plan, connection: dic
     except OSError as exc:
         raise UsageError(f"{outdir}: cannot write the inventory ({exc.strerror or exc})") from None
     return outdir / "hosts.yml"
+
+
+def write_inventory(outdir: Path, spec: ClusterSpec, plan: Plan, connection: dict[str, dict] | None = None,
+                    extra_vars: dict | None = None) -> Path:
+    """Write outdir/hosts.yml for a spec; returns its path."""
+    return write_inventory_data(outdir, inventory_data(spec, plan, connection, extra_vars))
