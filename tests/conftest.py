@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import os
 import shutil
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -156,6 +157,21 @@ def skip_or_fail(reason: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{reason} (CI is set, so this is not skipped)")
     pytest.skip(reason)
+
+
+# ---- `from conftest import ...` ----------------------------------------------------------------
+# Test modules in tests/ import these helpers as `conftest`. Without packages, pytest imports every
+# conftest.py as the module `conftest`, so tests/staged/conftest.py (collected before test_*.py, as
+# 'staged' sorts first) would replace this one in sys.modules and break those imports in a full run.
+# Before each module directly in tests/ is imported, this module is put back.
+_HELPERS = sys.modules[__name__]
+_HERE = Path(__file__).resolve().parent
+
+
+def pytest_collectstart(collector):
+    path = getattr(collector, "path", None)
+    if isinstance(collector, pytest.Module) and path is not None and Path(path).resolve().parent == _HERE:
+        sys.modules["conftest"] = _HELPERS
 
 
 # ---- slow tests --------------------------------------------------------------------------------
