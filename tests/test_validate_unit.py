@@ -350,6 +350,26 @@ def test_gpu_checks_read_the_vendor_tool_and_can_fail(doc, tmp_path):
     assert bad["test_gpu_ecc_enabled[gpu4]"] == "passed"
 
 
+def test_unreachable_host_fails_each_check_at_once_naming_it(doc, tmp_path):
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    doc["hosts"]["gpu02"]["ssh"].update(host="127.0.0.1", port=port)
+    exp = tmp_path / "exp.json"
+    exp.write_text(json.dumps(doc))
+    junit = tmp_path / "u.xml"
+    subprocess.run([sys.executable, "-m", "pytest", str(CHECKS_DIR), "-c", str(CHECKS_DIR / "pytest.ini"),
+                    f"--rootdir={CHECKS_DIR}", f"--gpc-expect={exp}", "--gpc-hosts=gpu02", f"--junitxml={junit}",
+                    "-p", "no:xdist", "-k", "test_time_sync or test_munge_key_mode or test_service_active"],
+                   capture_output=True, check=False, cwd=tmp_path, timeout=300)
+    results = report.parse_junit(junit)
+    assert len(results) >= 4
+    for r in results:
+        assert r.outcome == "failed" and r.message.startswith("gpu02: unreachable ("), (r.name, r.message)
+
+
 # ------------------------------------------------------------------ thresholds
 
 

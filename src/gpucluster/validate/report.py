@@ -104,15 +104,18 @@ def parse_junit(path: Path, source: str = "") -> list[Result]:
                 continue
             message = el.get("message", "") or ""
             details = (el.text or "").strip()
+            outcome = "failed"
             if tag == "skipped":
                 outcome = "differs" if el.get("type") == "pytest.xfail" else "skipped"
-            else:
-                outcome = "failed"
-                if tag == "error":
-                    message = f"error in setup: {message}"
             break
         if outcome == "failed":
-            message = _failure_text(message, details)
+            phase = None
+            m = re.match(r'^failed on (setup|teardown) with "(.*)"$', message, re.S)
+            if m:
+                phase, message = m.group(1), m.group(2)
+            message = _failure_text(message, details if not phase else "")
+            if phase and not message.startswith(f"{host}: "):
+                message = f"{host}: error in {phase}: {message}"
         out.append(Result(test=test, group=group, host=host, item=item, outcome=outcome, message=message,
                           details=details, seconds=float(tc.get("time") or 0), source=source or path.stem))
     return out
@@ -124,7 +127,7 @@ def _failure_text(message: str, details: str) -> str:
     text = message or details
     if re.search(r"\[\+\d+ more lines?; full report in element text\]", text) and details:
         text = details
-    text = re.sub(r"^(?:AssertionError|Failed): ", "", text)
+    text = re.sub(r"^(?:[\w.]*\.)?(?:AssertionError|Failed|Unreachable): ", "", text)
     text = text.split("\nassert ")[0]
     return text.strip()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from gpc_checklib import Ctx, Target, load_doc
+from gpc_checklib import Ctx, Target, Unreachable, load_doc
 
 _SKIP_NO_HOST = object()
 
@@ -110,10 +110,10 @@ def doc(ctx) -> dict:
 
 @pytest.fixture
 def node(ctx, target):
-    """testinfra host of the node under test."""
-    return ctx.host(target.host)
+    """testinfra host of the node under test; a host that cannot be reached fails each of its checks at
+    once, naming it."""
+    try:
+        return ctx.host(target.host)
+    except Unreachable as exc:
+        pytest.fail(str(exc), pytrace=False)
 
-
-@pytest.fixture
-def item(target):
-    return target.item

@@ -166,6 +166,10 @@ class Target:
         return f"{self.group}:{self.host}" + (f":{self.item_id}" if self.item_id is not None else "")
 
 
+class Unreachable(RuntimeError):
+    """The host could not be reached (SSH connection, authentication or host key)."""
+
+
 class Ctx:
     """Expectations plus connections. mode 'ssh': testinfra over SSH from this machine; mode 'local': this
     process runs on the node under test (inside a Slurm job) and talks to nothing else."""
@@ -180,6 +184,7 @@ class Ctx:
         self.control_dir = control_dir or tempfile.gettempdir()
         self.ssh_backend = ssh_backend
         self._hosts: dict[str, Any] = {}
+        self._unreachable: dict[str, str] = {}
         self._cache: dict[Any, Any] = {}
 
     # -- structure
@@ -203,10 +208,22 @@ class Ctx:
     # -- connections
     def host(self, name: str):
         """A testinfra Host for `name`. In local mode only the node itself is reachable."""
-        import testinfra
 
         if name in self._hosts:
             return self._hosts[name]
+        if name in self._unreachable:  # fail fast: one timeout per host and worker, not one per check
+            raise Unreachable(self._unreachable[name])
+        try:
+            h = self._connect(name)
+        except Exception as exc:  # any connection problem (socket, auth, host key) makes it unreachable
+            self._unreachable[name] = f"{name}: unreachable ({type(exc).__name__}: {exc})"
+            raise Unreachable(self._unreachable[name]) from None
+        self._hosts[name] = h
+        return h
+
+    def _connect(self, name: str):
+        import testinfra
+
         if self.mode == "local":
             if name != self.me:
                 raise RuntimeError(f"local mode on {self.me}: cannot reach {name} (runs over SSH instead)")
@@ -225,7 +242,7 @@ class Ctx:
             if ssh.get("identity"):
                 kwargs["ssh_identity_file"] = ssh["identity"]
             h = testinfra.get_host(spec, **kwargs)
-        self._hosts[name] = h
+            h.run("true")  # connect now, so an unreachable host is known before its first check
         return h
 
     def slurm_host(self):
