@@ -50,7 +50,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     expect_path = expect.write(doc, workdir / "expectations.json")
     workers = runner.default_workers(len(hosts)) if args.workers == "auto" else min(args.workers, len(hosts))
-    extra = ["-k", args.keyword] if args.keyword else []
+    extra = (["-k", args.keyword] if args.keyword else []) + [f"--gpc-ssh={args.ssh}"]
 
     rep = report.Report(title=f"gpucluster validate {doc['cluster']}")
     junits: list[tuple[Path, str]] = []
@@ -123,6 +123,10 @@ def register(sub) -> None:
     p.add_argument("--nccl-bytes", default="8G", help="message size for the all_reduce check (default 8G)")
     p.add_argument("--nccl-binary", help="nccl-tests / rccl-tests all_reduce_perf (default: where the nccl role "
                                           "builds it)")
+    p.add_argument("--ssh", choices=("paramiko", "openssh"), default="paramiko",
+                   help="paramiko (default): one connection per host, no process per check; openssh: the ssh "
+                        "command, multiplexed (for ProxyJump and other ssh_config features, chosen automatically "
+                        "for hosts whose ansible_ssh_common_args need it)")
     p.add_argument("-k", dest="keyword", help="only checks matching this pytest -k expression")
     p.add_argument("-v", "--verbose", action="store_true", help="stream pytest's own output")
     p.add_argument("--workdir", help="keep the run's files (expectations, logs, per-node JUnit) here")
