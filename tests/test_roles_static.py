@@ -397,10 +397,12 @@ def test_progress_collects_changes_failures_and_role_times():
         _event("playbook_on_stats", "2026-01-01T00:00:06", ok={"a": 1}, changed={"a": 1}, failures={"a": 1},
                dark={"b": 1}),
     ]
+    events.insert(3, {**_event("runner_on_ok", "2026-01-01T00:00:01", host="c", res={"censored": "hidden"}),
+                      "stdout": "changed: [c -> localhost]"})
     for e in events:
         p(e)
     assert p.role_times == {"common": 4.0, "munge": 2.0}
-    assert p.changes == {"a": ["common : Sysctls"]}
+    assert p.changes == {"a": ["common : Sysctls"], "c": ["common : Sysctls"]}
     assert "Connection refused" in p.failures["b"][0] and "unreachable" in p.failures["b"][0]
     assert "no_log" in p.failures["a"][0]
     assert p.stats["b"].unreachable == 1 and p.stats["a"].failed == 1

@@ -209,7 +209,7 @@ class Progress:
             self.log(f"{self._stamp()} == {self.play}")
             self._last_role = None
         elif kind in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable", "runner_on_skipped"):
-            self._host_result(kind, data)
+            self._host_result(kind, data, str(event.get("stdout") or ""))
         elif kind == "playbook_on_stats":
             self._close_task(created)
             self._stats(data)
@@ -222,13 +222,15 @@ class Progress:
             self.log(str(event["stdout"]))
         return True
 
-    def _host_result(self, kind: str, data: dict) -> None:
+    def _host_result(self, kind: str, data: dict, stdout: str = "") -> None:
         host = str(data.get("host") or "?")
         res = data.get("res") or {}
         task = self.task
         where = f"{task.role + ' : ' if task and task.role else ''}{task.name if task else '?'}"
         if kind == "runner_on_ok":
-            status = "changed" if res.get("changed") else "ok"
+            # A no_log result reaches the event censored, without its `changed`; the screen line keeps it.
+            changed = res.get("changed") or ("censored" in res and stdout.lstrip().startswith("changed"))
+            status = "changed" if changed else "ok"
             if status == "changed":
                 self.changes[host].append(where)
         elif kind == "runner_on_skipped":
