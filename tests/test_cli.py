@@ -216,7 +216,7 @@ def test_bad_spec_leaves_an_existing_output_untouched(capsys, tmp_path, bad_spec
 def entry(*argv: str) -> subprocess.CompletedProcess:
     if not ENTRY.exists():
         pytest.skip(f"{ENTRY} not installed (pip install -e .)")
-    return subprocess.run([str(ENTRY), *argv], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    return subprocess.run([str(ENTRY), *argv], capture_output=True, text=True, timeout=600, cwd=ROOT)
 
 
 def test_entry_point_ok_and_json():

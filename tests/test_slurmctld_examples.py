@@ -183,7 +183,7 @@ def test_hostname_shapes_load_in_slurmctld(shape, tmp_path):
     assert not [f for f in check_meaning(LoadedSpec(spec=spec, source="x.yaml", lines={})) if f.level == "error"]
     plan = plan_cluster(spec)
     write_outputs(render_all(spec, plan, cabling=False), tmp_path)
-    with SlurmCluster(tmp_path, start_timeout=120) as cluster:
+    with SlurmCluster(tmp_path, start_timeout=START_TIMEOUT) as cluster:
         nodes, topo = cluster.nodes(), cluster.topology()
         log = cluster.log_tail(40)
     hosts = spec.group("gpu").hosts
