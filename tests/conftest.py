@@ -179,13 +179,13 @@ SLOW_ENV = "GPUCLUSTER_SLOW"
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", f"slow: over ~60 s on 2 cores; runs with {SLOW_ENV}=1 or -m slow")
+    config.addinivalue_line("markers", f"slow: over ~60 s on 2 cores; runs in CI, with {SLOW_ENV}=1 or -m slow")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Slow tests stay out of the default run (a time budget, not a missing tool): they run with
-    GPUCLUSTER_SLOW=1, or when -m names them."""
-    if os.environ.get(SLOW_ENV) == "1" or "slow" in (config.getoption("-m") or ""):
+    """Slow tests stay out of a developer's default run (a time budget, not a missing tool): they run
+    with GPUCLUSTER_SLOW=1, when -m names them, and always in CI (CI runs everything it can)."""
+    if os.environ.get("CI") or os.environ.get(SLOW_ENV) == "1" or "slow" in (config.getoption("-m") or ""):
         return
     skip = pytest.mark.skip(reason=f"slow (over ~60 s on 2 cores): run with {SLOW_ENV}=1 or -m slow")
     for item in items:
