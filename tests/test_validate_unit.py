@@ -367,7 +367,7 @@ def test_unreachable_host_fails_each_check_at_once_naming_it(doc, tmp_path):
     results = report.parse_junit(junit)
     assert len(results) >= 4
     for r in results:
-        assert r.outcome == "failed" and r.message.startswith("gpu02: unreachable ("), (r.name, r.message)
+        assert r.outcome == "failed" and r.message.startswith("gpu02: unreachable after 3 attempt(s) ("), (r.name, r.message)
 
 
 # ------------------------------------------------------------------ thresholds

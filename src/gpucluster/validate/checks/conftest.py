@@ -117,3 +117,9 @@ def node(ctx, target):
     except Unreachable as exc:
         pytest.fail(str(exc), pytrace=False)
 
+
+
+@pytest.fixture
+def item(target):
+    """The item of a per-item check (a unit, a file, a switch, ...)."""
+    return target.item

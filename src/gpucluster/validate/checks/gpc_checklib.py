@@ -166,6 +166,15 @@ class Target:
         return f"{self.group}:{self.host}" + (f":{self.item_id}" if self.item_id is not None else "")
 
 
+CONNECT_ATTEMPTS = 3
+
+
+def _is_host_key_problem(exc: Exception) -> bool:
+    """A wrong or unknown host key is an answer, not a hiccup: never retried."""
+    name = type(exc).__name__
+    return name in ("BadHostKeyException",) or "not found in known_hosts" in str(exc) or "Host key" in str(exc)
+
+
 class Unreachable(RuntimeError):
     """The host could not be reached (SSH connection, authentication or host key)."""
 
@@ -213,11 +222,16 @@ class Ctx:
             return self._hosts[name]
         if name in self._unreachable:  # fail fast: one timeout per host and worker, not one per check
             raise Unreachable(self._unreachable[name])
-        try:
-            h = self._connect(name)
-        except Exception as exc:  # any connection problem (socket, auth, host key) makes it unreachable
-            self._unreachable[name] = f"{name}: unreachable ({type(exc).__name__}: {exc})"
-            raise Unreachable(self._unreachable[name]) from None
+        for attempt in range(CONNECT_ATTEMPTS):
+            try:
+                h = self._connect(name)
+                break
+            except Exception as exc:  # any connection problem (socket, auth, host key) makes it unreachable
+                if _is_host_key_problem(exc) or attempt == CONNECT_ATTEMPTS - 1:
+                    self._unreachable[name] = (f"{name}: unreachable after {attempt + 1} attempt(s) "
+                                               f"({type(exc).__name__}: {exc})")
+                    raise Unreachable(self._unreachable[name]) from None
+                time.sleep(2 * (attempt + 1))  # a busy sshd (MaxStartups, a loaded node) gets another try
         self._hosts[name] = h
         return h
 
