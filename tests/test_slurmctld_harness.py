@@ -137,3 +137,72 @@ def test_stop_leaves_nothing(conf_dir: Path) -> None:
     assert not [p for p in pids if _exists(p)]
     assert not c.tracker.marked_pids()
     assert not workdir.exists()
+
+
+# ------------------------------------------------------------------ the rendered examples, for real
+EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _declared_version(path: Path) -> tuple[int, int]:
+    import yaml
+
+    major, minor = str(yaml.safe_load(path.read_text())["slurm"].get("version", "22.05")).split(".")
+    return int(major), int(minor)
+
+
+def _installed_version() -> tuple[int, int]:
+    import re
+    import subprocess
+
+    try:
+        out = subprocess.run(["slurmctld", "-V"], capture_output=True, text=True, check=False).stdout
+    except OSError:
+        return (22, 5)
+    m = re.search(r"(\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else (22, 5)
+
+
+# Only examples rendered for a Slurm this slurmctld is (a newer render is not this consumer's file).
+LOADABLE = sorted(p.stem for p in EXAMPLES_DIR.glob("*.yaml") if _declared_version(p) <= _installed_version())
+
+
+def expected_topology(plan) -> dict[str, dict]:
+    """What slurmctld must report, from the plan alone: levels as planned, nodes of a switch = all below."""
+    switches = {sw.name: sw for sw in plan.slurm_switches}
+
+    def below(name: str) -> set[str]:
+        sw = switches[name]
+        nodes = {n for h in sw.nodes for n in hostlist.expand_hostlist(h)}
+        for child in sw.switches:
+            nodes |= below(child)
+        return nodes
+
+    return {
+        name: {"level": sw.level, "nodes": below(name), "switches": set(sw.switches), "linkspeed": 1}
+        for name, sw in switches.items()
+    }
+
+
+@pytest.fixture(scope="module", params=LOADABLE)
+def rendered_example(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    from gpucluster.emulate.specs import render_spec
+
+    r = render_spec(EXAMPLES_DIR / f"{request.param}.yaml", tmp_path_factory.mktemp(request.param))
+    with SlurmCluster(r.conf_dir, start_timeout=180) as c:
+        yield r, c
+
+
+def test_example_topology_as_planned(rendered_example) -> None:
+    r, cluster = rendered_example
+    got = cluster.topology()
+    assert got == expected_topology(r.plan)
+    assert got == parse_topology_conf((r.conf_dir / "topology.conf").read_text())
+
+
+def test_example_gres_as_specified(rendered_example) -> None:
+    r, cluster = rendered_example
+    nodes = cluster.nodes()
+    for group in r.spec.gpu_groups:
+        gtype = r.spec.parts.gpus[group.gpu].slurm_type
+        for host in group.hosts:
+            assert nodes[host]["gres"] == f"gpu:{gtype}:{group.gpus_per_node}", host

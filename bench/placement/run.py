@@ -39,15 +39,14 @@ DESIGNS = {
         "meta-24k-ib",
         "h100",
         {},
-        "rail-optimised InfiniBand (meta-24k-ib shape): 8 rails, scalable units of 32 nodes, "
-        "each SU one logical leaf; 3 tiers",
+        "rail-optimised InfiniBand (meta-24k-ib shape): 8 rails, scalable units of 32 nodes, each SU one logical leaf",
     ),
     "fat": (
         "meta-24k-roce",
         "h100",
         {"nodes_per_pod": 128},
         "fat-tree RoCE (meta-24k-roce shape): a leaf (rack switch) per 2 nodes, pods of 128 nodes "
-        "(AI zones scaled down to the cluster), 3 tiers",
+        "(AI zones scaled down to the cluster)",
     ),
 }
 VARIANTS = ("plain", "switches", "fragmented", "fragmented+switches")
