@@ -367,7 +367,8 @@ def test_unreachable_host_fails_each_check_at_once_naming_it(doc, tmp_path):
     results = report.parse_junit(junit)
     assert len(results) >= 4
     for r in results:
-        assert r.outcome == "failed" and r.message.startswith("gpu02: unreachable after 3 attempt(s) ("), (r.name, r.message)
+        assert r.outcome == "failed", (r.name, r.message)
+        assert r.message.startswith("gpu02: unreachable after 3 attempt(s) ("), (r.name, r.message)
 
 
 # ------------------------------------------------------------------ thresholds
@@ -487,12 +488,26 @@ def test_long_failure_messages_are_kept_whole():
     assert report._failure_text("AssertionError: gpu02: x\nassert 1 == 2", "") == "gpu02: x"
 
 
+def test_multi_line_assertion_messages_come_back_whole(tmp_path):
+    (tmp_path / "test_long.py").write_text(
+        "def test_slurmd_answers():\n"
+        "    assert 1 == 0, 'gpu02: slurmd does not answer\\n' + '\\n'.join(f'journal {i}' for i in range(30))\n")
+    out = tmp_path / "long.xml"
+    subprocess.run([sys.executable, "-m", "pytest", str(tmp_path / "test_long.py"), f"--junitxml={out}", "-q",
+                    "--tb=short", "-p", "no:cacheprovider", "-p", "no:xdist", f"--rootdir={tmp_path}", "-c",
+                    os.devnull], capture_output=True, check=False, cwd=tmp_path)
+    (r,) = report.parse_junit(out)
+    assert r.message.startswith("gpu02: slurmd does not answer\njournal 0\n"), r.message
+    assert r.message.rstrip().endswith("journal 29"), r.message
+
+
 def test_merge_junit_sums_suites(junit, tmp_path):
     out = report.merge_junit([(junit, "ssh"), (junit, "slurm:gpu01")], tmp_path / "merged.xml")
     root = ET.parse(out).getroot()
     assert root.tag == "testsuites" and int(root.get("tests")) == 14 and int(root.get("failures")) == 2
     assert [s.get("name") for s in root.iter("testsuite")] == ["ssh", "slurm:gpu01"]
-    assert len(report.parse_junit(out)) == 14
+    merged = report.parse_junit(out)
+    assert len(merged) == 14 and {r.source for r in merged} == {"ssh", "slurm:gpu01"}  # where each ran
 
 
 def test_missing_node_result_becomes_a_failure_naming_the_host(tmp_path):

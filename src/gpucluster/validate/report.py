@@ -89,7 +89,9 @@ def _props(tc: ET.Element) -> dict[str, str]:
 def parse_junit(path: Path, source: str = "") -> list[Result]:
     root = ET.parse(path).getroot()
     out: list[Result] = []
-    for tc in root.iter("testcase"):
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    cases = [(tc, suite.get("name")) for suite in suites for tc in suite.iter("testcase")]
+    for tc, suite_name in cases:
         name = tc.get("name", "")
         props = _props(tc)
         m = _ID.match(name)
@@ -117,7 +119,8 @@ def parse_junit(path: Path, source: str = "") -> list[Result]:
             if phase and not message.startswith(f"{host}: "):
                 message = f"{host}: error in {phase}: {message}"
         out.append(Result(test=test, group=group, host=host, item=item, outcome=outcome, message=message,
-                          details=details, seconds=float(tc.get("time") or 0), source=source or path.stem))
+                          details=details, seconds=float(tc.get("time") or 0),
+                          source=source or suite_name or path.stem))
     return out
 
 
@@ -126,10 +129,23 @@ def _failure_text(message: str, details: str) -> str:
     pytest cuts long messages in the attribute ('[+N more lines; ...]'); the element text has them whole."""
     text = message or details
     if re.search(r"\[\+\d+ more lines?; full report in element text\]", text) and details:
-        text = details
+        text = _e_lines(details) or details
     text = re.sub(r"^(?:[\w.]*\.)?(?:AssertionError|Failed|Unreachable): ", "", text)
     text = text.split("\nassert ")[0]
-    return text.strip()
+    first, *rest = text.strip().split("\n")
+    if rest and all(line.startswith("  ") or not line for line in rest):
+        rest = [line[2:] for line in rest]  # pytest indents an exception's continuation lines by two
+    return "\n".join([first, *rest]).strip()
+
+
+def _e_lines(traceback: str) -> str:
+    """The exception text of a pytest traceback (its 'E   ' lines), without the traceback around it."""
+    lines = [line for line in traceback.splitlines() if line.startswith("E ")]
+    out = []
+    for i, line in enumerate(lines):
+        body = line[4:] if line.startswith("E   ") else line[2:]
+        out.append(body[2:] if i and body.startswith("  ") else body)
+    return "\n".join(out)
 
 
 def merge_junit(inputs: list[tuple[Path, str]], out: Path) -> Path:
