@@ -243,7 +243,7 @@ def test_pytest_command_uses_xdist_by_host_only_when_parallel(tmp_path):
     one = pytest_command(tmp_path / "e.json", ["a", "b"], 1, tmp_path / "j.xml", "/tmp/x")
     four = pytest_command(tmp_path / "e.json", ["a", "b"], 4, tmp_path / "j.xml", "/tmp/x")
     assert "no:xdist" in one and "-n" not in one
-    assert four[four.index("-n") + 1] == "4" and four[four.index("--dist") + 1] == "loadgroup"
+    assert four[four.index("-n") + 1] == "4" and four[four.index("--dist") + 1] == "loadscope"
     assert default_workers(1) == 1 and 1 <= default_workers(100) <= 32
 
 
@@ -254,6 +254,29 @@ def test_pytest_command_uses_xdist_by_host_only_when_parallel(tmp_path):
                                   "leaf[00001-00002]", "a[8-11]"])
 def test_hostlist_expansion_matches_python_hostlist(expr):
     assert lib.expand_hostlist(expr) == hostlist.expand_hostlist(expr)
+
+
+def test_host_facts_parsing():
+    text = ("@@units\nId=ssh.service\nActiveState=active\nSubState=running\nUnitFileState=enabled\n"
+            "LoadState=loaded\n\nId=slurmd.service\nActiveState=inactive\nSubState=dead\n"
+            "UnitFileState=enabled\nLoadState=loaded\n"
+            "@@packages\nmunge ii  0.5.15-2+deb12u1\nslurmd rc  22.05.8-4+deb12u3\n"
+            "@@sysctls\nfs.file-max\tro\t2466170 \nnet.core.somaxconn\trw\t4096 \n"
+            "net.core.netdev_max_backlog\tmissing\t\n"
+            "@@sysctl_file\n# Managed by Ansible\nfs.file-max = 1048576\n@@container\npodman\n")
+    f = lib.parse_facts(text)
+    assert f["units"]["ssh"]["ActiveState"] == "active" and f["units"]["slurmd"]["SubState"] == "dead"
+    assert f["packages"] == {"munge": "0.5.15-2+deb12u1"}  # 'rc' (removed, config left) is not installed
+    assert f["sysctls"]["fs.file-max"] == {"access": "ro", "value": "2466170"}
+    assert f["sysctls"]["net.core.netdev_max_backlog"]["access"] == "missing"
+    assert f["sysctl_file"] == {"fs.file-max": "1048576"} and f["container"] == "podman"
+    assert lib.parse_facts("@@container\nnone\n")["container"] is None
+
+
+def test_workers_are_scoped_by_host():
+    assert lib.host_of_nodeid("test_common.py::test_service_active[slurm_compute:gpu02:slurmd]") == "gpu02"
+    assert lib.host_of_nodeid("test_slurm.py::test_node_gres[slurm_compute:gpu0001]") == "gpu0001"
+    assert lib.host_of_nodeid("test_x.py::test_plain") is None
 
 
 def test_scontrol_records_and_states():

@@ -5,7 +5,7 @@
     gpucluster validate inventories/prod --via-slurm
 
 Exit status: 0 when every check passed (skips and reported differences allowed), 1 when a check
-failed, 2 for a usage problem.
+failed, 2 for a usage problem, 3 when the suite itself could not run (pytest's own error; log shown).
 """
 
 from __future__ import annotations
@@ -67,9 +67,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 f"{over_ssh} hosts over SSH")
     else:
         res = runner.run_pytest(expect_path, hosts, workers, workdir, stream=args.verbose, extra=extra)
-        if not res.junit.exists():
-            raise UsageError(f"the checks did not run (pytest exit {res.rc}); log: {res.log}\n"
-                             + _tail(res.log))
+        if not res.junit.exists() or res.rc in (2, 3, 4):  # interrupted, internal error, usage error
+            print(f"error: the validation suite itself failed (pytest exit {res.rc}); log: {res.log}\n"
+                  + _tail(res.log), file=sys.stderr)
+            return 3
         junits = [(res.junit, "ssh")]
         mode = f"over SSH, -n {workers}"
     for path, source in junits:

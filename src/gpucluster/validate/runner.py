@@ -37,7 +37,7 @@ def pytest_command(expect: Path, hosts: list[str], workers: int, junit: Path, co
            f"--gpc-control-dir={control_dir}", f"--junitxml={junit}", "-o", f"junit_suite_name={suite_name}",
            "-q", "-rN", "--tb=short", "--no-header"]
     if workers > 1:
-        cmd += ["-n", str(workers), "--dist", "loadgroup"]
+        cmd += ["-n", str(workers), "--dist", "loadscope"]  # scoped by host: checks/conftest.py
     else:
         cmd += ["-p", "no:xdist"]
     return cmd + list(extra or [])

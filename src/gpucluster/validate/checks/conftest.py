@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from gpc_checklib import Ctx, Target, Unreachable, load_doc
+from gpc_checklib import Ctx, Target, Unreachable, host_of_nodeid, load_doc
 
 _SKIP_NO_HOST = object()
 
@@ -70,11 +70,27 @@ def pytest_generate_tests(metafunc):
                 # (item_id, item) or (item_id, item, group): an item may belong to a narrower group.
                 item_id, item = entry[0], entry[1]
                 t = Target(entry[2] if len(entry) > 2 else group, host, item_id, item)
-                # --dist loadgroup keeps a host's checks on one worker: one SSH master per host.
-                params.append(pytest.param(t, id=t.id, marks=pytest.mark.xdist_group(host)))
+                params.append(pytest.param(t, id=t.id))
     if not params:
         params = [pytest.param(_SKIP_NO_HOST, id="none")]
     metafunc.parametrize("target", params)
+
+
+@pytest.hookimpl(optionalhook=True)  # unknown without xdist (-n 1, and the nodes of a --via-slurm job)
+def pytest_xdist_make_scheduler(config, log):
+    """With -n N: every check of one host goes to the same worker (one connection per host, and the
+    host's checks run one after another as an operator would run them). A scheduler of our own, grouping
+    by the host in the test id: xdist's loadgroup relies on rewriting node ids, which pytest 9.2 no
+    longer honours (pytest-xdist#1386), so it silently spreads a host over every worker."""
+    if config.getvalue("dist") not in ("loadscope", "loadgroup"):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByHost(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return host_of_nodeid(nodeid) or super()._split_scope(nodeid)
+
+    return ByHost(config, log)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -64,6 +64,15 @@ def _expand_one(part: str) -> list[str]:
     return out
 
 
+_HOST_IN_ID = re.compile(r"\[[^:\]\[]+:([^:\]\[]+)")
+
+
+def host_of_nodeid(nodeid: str) -> str | None:
+    """'test_common.py::test_service_active[slurm_compute:gpu02:slurmd]' -> 'gpu02' (the scheduling scope)."""
+    m = _HOST_IN_ID.search(nodeid)
+    return m.group(1) if m else None
+
+
 # ------------------------------------------------------------------ Slurm output parsing
 
 
@@ -365,19 +374,78 @@ def stat(host, path: str) -> tuple[int, str, str] | None:
     return int(mode, 8), user, group
 
 
-def package_version(host, name: str) -> str | None:
-    """The installed version of a Debian package, None when it is not installed (one round trip)."""
-    out = run(host, f"dpkg-query -W -f '${{db:Status-Abbrev}} ${{Version}}' {shlex.quote(name)} 2>/dev/null")
-    parts = out.stdout.split()
-    return parts[1] if out.rc == 0 and len(parts) == 2 and parts[0].startswith("ii") else None
+def host_facts(ctx, name: str) -> dict:
+    """Unit states, package versions, live sysctls (and whether they are writable), the persisted
+    sysctl file and the container type of a host, gathered in ONE command the first time a check asks,
+    the way Ansible gathers facts. Each check still asserts its own item; a failed service check reads
+    the journal live."""
+    def gather():
+        node = ctx.host(name)
+        units = sorted({u for g in ["all", *ctx.groups_of(name)] for u in ctx.doc["services"].get(g, [])})
+        pkgs = sorted({p for g in ["all", *ctx.groups_of(name)] for p in (ctx.doc.get("packages", {}).get(g) or {})}
+                      | {"slurm-client"})
+        keys = sorted({k for g in ["all", *ctx.groups_of(name)] for k in (ctx.doc.get("sysctls", {}).get(g) or {})})
+        q = shlex.quote
+        script = ["echo '@@units'"]
+        if units:
+            script.append("systemctl show -p Id,ActiveState,SubState,UnitFileState,LoadState "
+                          + " ".join(q(u if "." in u else u + ".service") for u in units))
+        script.append("echo '@@packages'")
+        if pkgs:
+            script.append("dpkg-query -W -f '${Package} ${db:Status-Abbrev} ${Version}\\n' "
+                          + " ".join(q(p) for p in pkgs) + " 2>/dev/null")
+        script.append("echo '@@sysctls'")
+        for k in keys:
+            path = "/proc/sys/" + k.replace(".", "/")
+            script.append(f"if [ -e {q(path)} ]; then printf '%s\\t%s\\t' {q(k)} "
+                          f"\"$(test -w {q(path)} && echo rw || echo ro)\"; tr '\\t\\n' '  ' < {q(path)}; echo; "
+                          f"else printf '%s\\tmissing\\t\\n' {q(k)}; fi")
+        script.append("echo '@@sysctl_file'")
+        script.append(f"cat {q(ctx.doc.get('sysctl_file', '/dev/null'))} 2>/dev/null")
+        script.append("echo '@@container'")
+        script.append("systemd-detect-virt --container 2>/dev/null || true")
+        out = run(node, "; ".join(script), timeout=120)
+        return parse_facts(out.stdout)
+    return ctx.cached(("facts", name), gather)
 
 
-def container_of(ctx, host) -> str | None:
-    """The container technology the node runs in (podman, docker, lxc, ...), None on bare metal and VMs."""
-    def probe():
-        virt = run(host, "systemd-detect-virt --container").stdout.strip()
-        return virt if virt and virt != "none" else None
-    return ctx.cached(("container", id(host)), probe)
+def parse_facts(text: str) -> dict:
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith("@@"):
+            current = line[2:].strip()
+            sections[current] = []
+        elif current is not None:
+            sections[current].append(line)
+    units: dict[str, dict[str, str]] = {}
+    block: dict[str, str] = {}
+    for line in [*sections.get("units", []), ""]:
+        if not line.strip():
+            if block.get("Id"):
+                units[block["Id"].removesuffix(".service")] = block
+            block = {}
+        elif "=" in line:
+            k, v = line.split("=", 1)
+            block[k] = v
+    packages = {}
+    for line in sections.get("packages", []):
+        parts = line.split()
+        if len(parts) == 3 and parts[1].startswith("ii"):
+            packages[parts[0]] = parts[2]
+    sysctls = {}
+    for line in sections.get("sysctls", []):
+        parts = line.split("\t", 2)
+        if len(parts) >= 2:
+            sysctls[parts[0]] = {"access": parts[1], "value": " ".join(parts[2].split()) if len(parts) > 2 else ""}
+    persisted = {}
+    for line in sections.get("sysctl_file", []):
+        if "=" in line and not line.lstrip().startswith(("#", ";")):
+            k, v = line.split("=", 1)
+            persisted[k.strip()] = " ".join(v.split())
+    virt = " ".join(sections.get("container", [])).strip()
+    return {"units": units, "packages": packages, "sysctls": sysctls, "sysctl_file": persisted,
+            "container": virt if virt and virt != "none" else None}
 
 
 def journal(host, unit: str, lines: int = 25) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import fnmatch
 
 import pytest
-from gpc_checklib import container_of, journal, package_version, run, stat, unit_state
+from gpc_checklib import host_facts, journal, run, stat, unit_state
 
 
 def _services(ctx, host):
@@ -19,8 +19,8 @@ def _services(ctx, host):
 
 
 @pytest.mark.per("all", items=_services)
-def test_service_active(node, target, item):
-    st = unit_state(node, item)
+def test_service_active(ctx, node, target, item):
+    st = host_facts(ctx, target.host)["units"].get(item) or unit_state(node, item)
     if st.get("ActiveState") != "active":
         state = f"{st.get('ActiveState', 'unknown')} ({st.get('SubState', '?')})"
         if st.get("LoadState") == "not-found":
@@ -74,7 +74,7 @@ def test_munge_key_matches_cluster(node, target, ctx, doc):
 
 @pytest.mark.per("all")
 def test_time_sync(ctx, node, target):
-    virt = container_of(ctx, node)
+    virt = host_facts(ctx, target.host)["container"]
     if virt:
         # A container has no clock of its own: it reads the host kernel's, which the host keeps in sync.
         pytest.skip(f"{target.host}: {virt} container: the clock is the host kernel's, kept by the host; "
@@ -97,17 +97,17 @@ def _packages(ctx, host):
 
 
 @pytest.mark.per("all", items=_packages)
-def test_package_pinned(node, target, item):
+def test_package_pinned(ctx, target, item):
     """Installed at the version `gpucluster configure` pins (role defaults, or the inventory's override)."""
     name, version = item
-    got = package_version(node, name)
+    got = host_facts(ctx, target.host)["packages"].get(name)
     assert got is not None, f"{target.host}: package {name} is not installed (pinned {version})"
     assert fnmatch.fnmatchcase(got, version), f"{target.host}: {name} {got} installed, pinned to {version}"
 
 
 @pytest.mark.per(SLURM_HOSTS)
-def test_slurm_release_matches_spec(node, target, doc):
-    got = package_version(node, "slurm-client") or "not installed"
+def test_slurm_release_matches_spec(ctx, target, doc):
+    got = host_facts(ctx, target.host)["packages"].get("slurm-client") or "not installed"
     want = doc["slurm"]["version"]
     assert got.startswith(want + "."), f"{target.host}: slurm-client {got}, the spec declares Slurm {want}"
 
@@ -118,37 +118,23 @@ def _sysctls(ctx, host):
             yield key, (key, value), group
 
 
-def _persisted_sysctls(ctx, node, path: str) -> dict[str, str]:
-    def read():
-        out = run(node, f"cat {path} 2>/dev/null")
-        found = {}
-        for line in out.stdout.splitlines():
-            if "=" in line and not line.lstrip().startswith(("#", ";")):
-                k, v = line.split("=", 1)
-                found[k.strip()] = " ".join(v.split())
-        return found
-    return ctx.cached(("sysctl-file", id(node)), read)
-
-
 @pytest.mark.per("all", items=_sysctls)
-def test_sysctl(ctx, node, target, doc, item):
+def test_sysctl(ctx, target, doc, item):
     """Persisted in the role's sysctl.d file, and live where the kernel lets the node write it."""
     key, value = item
     want = " ".join(str(value).split())
-    persisted = _persisted_sysctls(ctx, node, doc["sysctl_file"])
+    facts = host_facts(ctx, target.host)
+    persisted = facts["sysctl_file"]
     assert persisted.get(key) == want, (
         f"{target.host}: {doc['sysctl_file']} has {key} = {persisted.get(key, '(absent)')}, expected {want}")
-    proc = "/proc/sys/" + key.replace(".", "/")
-    out = run(node, f"cat {proc} && {{ test -w {proc} && echo WRITABLE || echo READONLY; }}")
-    if out.rc != 0:
-        virt = container_of(ctx, node)
-        if virt:
-            pytest.skip(f"{target.host}: {key} does not exist in a {virt} container's namespace "
+    live = facts["sysctls"].get(key, {"access": "missing", "value": ""})
+    if live["access"] == "missing":
+        if facts["container"]:
+            pytest.skip(f"{target.host}: {key} does not exist in a {facts['container']} container's namespace "
                         "(persisted; set it on the host)")
-        pytest.fail(f"{target.host}: {key} is not a setting of this kernel ({out.stderr.strip()})", pytrace=False)
-    *live, access = out.stdout.split("\n")[:-1] if out.stdout.endswith("\n") else out.stdout.split("\n")
-    got = " ".join(" ".join(live).split())
-    if got != want and access.strip() == "READONLY":
+        pytest.fail(f"{target.host}: {key} is not a setting of this kernel", pytrace=False)
+    got = live["value"]
+    if got != want and live["access"] == "ro":
         pytest.skip(f"{target.host}: {key} is read-only here (/proc/sys of a container): persisted, not live; "
                     "set it on the host")
     assert got == want, f"{target.host}: {key} = {got} live, expected {want} (persisted, not applied)"
