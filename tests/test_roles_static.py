@@ -175,8 +175,21 @@ def test_ansible_lint_production_profile():
 def test_etc_hosts_lists_hosts_with_addresses_and_names_the_rest():
     hv = {"a": {"ansible_facts": {"default_ipv4": {"address": "10.0.0.1"}, "eth1": {"ipv4": {"address": "10.1.0.1"}}}},
           "b": {"ansible_facts": {}}, "c": {}}
-    assert filters.etc_hosts(["b", "a", "c"], hv) == {"lines": ["10.0.0.1 a"], "missing": ["b", "c"]}
+    assert filters.etc_hosts(["b", "a", "c"], hv) == {"lines": ["10.0.0.1 a"], "missing": ["b", "c"], "kept": []}
     assert filters.etc_hosts(["a"], hv, "eth1")["lines"] == ["10.1.0.1 a"]
+
+
+def test_etc_hosts_keeps_the_last_known_address_of_a_host_that_is_down():
+    hv = {"a": {"ansible_facts": {"default_ipv4": {"address": "10.0.0.1"}}}, "b": {}, "c": {},
+          "d": {"gpucluster_address": "10.9.0.4", "ansible_facts": {"default_ipv4": {"address": "10.0.0.4"}}}}
+    previous = ("127.0.0.1 localhost\n10.5.5.5 c\n"
+                "# BEGIN gpucluster staging hosts (managed by Ansible, role common)\n"
+                "10.0.0.9 a\n10.0.0.2 b\n"
+                "# END gpucluster staging hosts (managed by Ansible, role common)\n")
+    got = filters.etc_hosts(["a", "b", "c", "d"], hv, "", previous)
+    # a: fresh facts win over the old block; b: down, keeps its block entry; c: only outside the block
+    # (not ours to trust), so missing; d: the inventory address wins over facts.
+    assert got == {"lines": ["10.0.0.1 a", "10.0.0.2 b", "10.9.0.4 d"], "missing": ["c"], "kept": ["b"]}
 
 
 @pytest.mark.parametrize(("facts", "want"), [

@@ -187,6 +187,33 @@ def test_fresh_node_runs_only_base_services(staged) -> None:
     assert _exec(cfg, node, "systemctl", "is-active", "ssh").stdout.strip() == "active"
 
 
+def _address_on(cfg: StageConfig, node: str) -> str:
+    out = _sh("podman", "inspect", container_name(cfg, node), "--format",
+              "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}").stdout.split()
+    return out[0] if out else ""
+
+
+def test_every_node_has_its_fixed_address(staged) -> None:
+    cfg, sc = staged
+    assert set(sc.addresses) == set(BY_NAME)
+    assert len(set(sc.addresses.values())) == len(NODES)
+    for node, address in sc.addresses.items():
+        assert _address_on(cfg, node) == address
+
+
+def test_a_node_stopped_and_started_keeps_its_address_and_boots(staged) -> None:
+    """A real node keeps its reserved address across a reboot; podman would otherwise lease a new one
+    and every other node's /etc/hosts (and slurmctld's view) would point at nobody."""
+    cfg, sc = staged
+    node = NODES[-1].name
+    _sh("podman", "stop", "-t", "5", container_name(cfg, node))
+    _sh("podman", "start", container_name(cfg, node))
+    assert _address_on(cfg, node) == sc.addresses[node]
+    res = _sh("podman", "exec", container_name(cfg, node), "timeout", "60", "systemctl", "is-system-running",
+              "--wait", timeout=90)
+    assert res.stdout.strip() in ("running", "degraded"), res.stdout + res.stderr
+
+
 def test_second_up_changes_nothing(staged) -> None:
     cfg, sc = staged
     before = {s.name: (s.container_id, s.port) for s in status(cfg)}

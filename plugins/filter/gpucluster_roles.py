@@ -2,7 +2,7 @@
 
 Each filter takes plain data and returns plain data; tests/test_roles_static.py covers them.
 
-  gpucluster_etc_hosts(hosts, hostvars, if)  /etc/hosts lines for inventory hosts: {lines, missing}
+  gpucluster_etc_hosts(hosts, hv, if, prev)  /etc/hosts lines for inventory hosts: {lines, missing, kept}
   gpucluster_is_container(facts)             True when Ansible's facts say the node is a container
   gpucluster_slurm_restart_reasons(results)  why a config change needs a daemon restart ([] = reconfigure)
   gpucluster_sysctl_report(result, container) one sentence on settings persisted but not live
@@ -24,21 +24,46 @@ from typing import Any
 CONTAINER_TYPES = {"podman", "docker", "container", "containerd", "lxc", "openvz", "systemd-nspawn", "wsl"}
 
 
-def etc_hosts(hosts: Iterable[str], hostvars: Mapping[str, Any], interface: str = "") -> dict:
-    """`ADDRESS NAME` for every host whose facts give an IPv4 address on `interface` (default route
-    when empty); hosts without facts this run (unreachable) are listed in `missing`."""
-    lines, missing = [], []
+def etc_hosts(hosts: Iterable[str], hostvars: Mapping[str, Any], interface: str = "", previous: str = "") -> dict:
+    """`ADDRESS NAME` for every inventory host: its `gpucluster_address` host var when set, else the IPv4
+    address its facts give on `interface` (default route when empty), else the address the managed
+    block of `previous` (the node's current /etc/hosts) last gave it. A host that is down for one run
+    keeps its entry everywhere, so daemons can still resolve it when it comes back. Returns
+    {lines, missing (no address at all), kept (names whose last known address was kept)}."""
+    known = _managed_block_addresses(previous)
+    lines, missing, kept = [], [], []
     for host in sorted(set(hosts)):
-        facts = (hostvars.get(host) or {}).get("ansible_facts") or {}
-        if interface:
+        hv = hostvars.get(host) or {}
+        facts = hv.get("ansible_facts") or {}
+        addr = hv.get("gpucluster_address")
+        if not addr and interface:
             addr = ((facts.get(interface.replace("-", "_")) or {}).get("ipv4") or {}).get("address")
-        else:
+        elif not addr:
             addr = (facts.get("default_ipv4") or {}).get("address")
+        if not addr and host in known:
+            addr = known[host]
+            kept.append(host)
         if addr:
             lines.append(f"{addr} {host}")
         else:
             missing.append(host)
-    return {"lines": lines, "missing": missing}
+    return {"lines": lines, "missing": missing, "kept": kept}
+
+
+def _managed_block_addresses(text: str) -> dict[str, str]:
+    """{name: address} inside the `# BEGIN gpucluster ... # END gpucluster` block of an /etc/hosts text."""
+    out: dict[str, str] = {}
+    inside = False
+    for line in (text or "").splitlines():
+        if line.startswith("# BEGIN gpucluster "):
+            inside = True
+        elif line.startswith("# END gpucluster "):
+            inside = False
+        elif inside:
+            fields = line.split("#", 1)[0].split()
+            for name in fields[1:]:
+                out[name] = fields[0]
+    return out
 
 
 def is_container(facts: Mapping[str, Any]) -> bool:

@@ -15,6 +15,8 @@ Fixture API (session scope; other test files reuse it, so it stays small):
         c.exec("gpu01", "systemctl", "is-active", "slurmd")   # CompletedProcess: podman exec (no sshd needed)
         c.configure()                            # run `gpucluster configure` again; returns a ConfigureResult
         c.container("gpu01")                     # podman container name of a node
+        c.wait_ssh("gpu04")                      # after `podman start`: sshd answers and systemd has booted
+        c.logs                                   # folder with stage.log and configure-N.log
 
 Setup stages the cluster with a state folder and inventory folder under pytest's tmp path (so CI
 and a developer's own cluster never share names, networks or ports), runs configure once, and
@@ -40,6 +42,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "examples" / "staging.yaml"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `disruptive` (they stop a node or a daemon) run after every other test of the
+    session, so a node that comes back in a worse state cannot fail checks that have nothing to do
+    with it. Among themselves they run by rank, `disruptive(2)` (a whole node stopped) after
+    `disruptive` (rank 1: a daemon stopped or a key changed, then restored); ties keep their order."""
+    last = [item for item in items if item.get_closest_marker("disruptive")]
+    last.sort(key=lambda item: (item.get_closest_marker("disruptive").args or (1,))[0])
+    if last:
+        items[:] = [item for item in items if not item.get_closest_marker("disruptive")] + last
 
 
 def _missing_tools() -> str | None:
@@ -115,7 +128,7 @@ class StagedHandle:
         return result
 
     def wait_ssh(self, host: str, timeout: float = 180) -> None:
-        """Until sshd answers on the node's published port and a command runs over SSH."""
+        """Until sshd answers on the node's published port, a command runs over SSH and systemd has booted."""
         _addr, port = self.staged.nodes[host]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -123,6 +136,8 @@ class StagedHandle:
                 with socket.create_connection(("127.0.0.1", port), timeout=3) as s:
                     s.settimeout(3)
                     if s.recv(8).startswith(b"SSH-") and self.ssh(host, "true", timeout=30).returncode == 0:
+                        # and until systemd has finished booting (units it starts itself are not racing us)
+                        self.ssh(host, "systemctl is-system-running --wait", timeout=max(30.0, timeout))
                         return
             except OSError:
                 pass

@@ -255,6 +255,7 @@ def test_second_configure_changes_nothing(staged_cluster):
     assert result.changed == 0, f"second configure changed {result.changed} things: {changed} (log {result.log_path})"
 
 
+@pytest.mark.disruptive(2)
 def test_node_down_during_configure_fails_alone_and_rerun_converges(staged_cluster):
     _need_converged(staged_cluster)
     victim = COMPUTE[-1]

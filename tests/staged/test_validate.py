@@ -118,6 +118,7 @@ def test_full_suite_passes_on_the_staged_cluster(staged_cluster, tmp_path):
 # ------------------------------------------------------------------ 2. broken nodes
 
 
+@pytest.mark.disruptive
 def test_stopped_slurmd_fails_the_right_checks_naming_the_host(staged_cluster, tmp_path):
     _need_configured(staged_cluster)
     victim = COMPUTE[1]
@@ -139,6 +140,7 @@ def test_stopped_slurmd_fails_the_right_checks_naming_the_host(staged_cluster, t
     _slurm_healthy(staged_cluster)
 
 
+@pytest.mark.disruptive
 def test_wrong_munge_key_fails_the_right_checks_naming_the_host(staged_cluster, tmp_path):
     _need_configured(staged_cluster)
     victim = COMPUTE[-1]

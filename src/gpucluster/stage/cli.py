@@ -47,11 +47,16 @@ def stage_nodes(spec, plan) -> list:
 def connection_vars(staged) -> dict[str, dict]:
     common = (f"-o UserKnownHostsFile={staged.known_hosts} -o StrictHostKeyChecking=yes "
               "-o ControlMaster=auto -o ControlPersist=60s")
-    return {
+    out = {
         name: {"ansible_host": host, "ansible_port": port, "ansible_user": staged.ssh_user,
                "ansible_ssh_private_key_file": str(staged.ssh_key), "ansible_ssh_common_args": common}
         for name, (host, port) in staged.nodes.items()
     }
+    # The node's fixed address on the cluster network: what /etc/hosts gives it (role common).
+    for name, address in staged.addresses.items():
+        if name in out:
+            out[name]["gpucluster_address"] = address
+    return out
 
 
 def inventory_dir_for(spec, given: str | None) -> Path:

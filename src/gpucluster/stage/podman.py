@@ -8,8 +8,11 @@ runs on one machine never collide, and down() finds and removes exactly what up(
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
+import ipaddress
+import itertools
 import json
 import os
 import re
@@ -48,6 +51,7 @@ class StageNode:
     memory_mb: int | None = None
     caps: tuple[str, ...] = ()  # extra capabilities, e.g. DAC_READ_SEARCH (NFS-Ganesha's open_by_handle_at)
     tmpfs: tuple[str, ...] = ()  # paths mounted as tmpfs: overlayfs gives no file handles to export over NFS
+    address: str | None = None  # static IPv4 on the cluster's network (up() assigns it from the subnet)
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,7 @@ class StagedCluster:
     network: str
     containers: dict[str, str] = field(default_factory=dict)
     ssh_user: str = "root"
+    addresses: dict[str, str] = field(default_factory=dict)  # node -> its static address on `network`
 
 
 @dataclass(frozen=True)
@@ -257,11 +262,34 @@ def _free_port(taken: set[int]) -> int:
     raise StageError("could not find a free TCP port on 127.0.0.1")
 
 
+def _network_subnet(net: str) -> str | None:
+    """The IPv4 subnet podman gave the cluster's network (None when it has none)."""
+    info = json.loads(_podman("network", "inspect", net, "--format", "json") or "[]")
+    info = info[0] if isinstance(info, list) and info else info
+    for sub in (info or {}).get("subnets") or []:
+        if ":" not in str(sub.get("subnet", "")):
+            return str(sub["subnet"])
+    return None
+
+
+def _with_addresses(nodes: list[StageNode], subnet: str | None) -> list[StageNode]:
+    """Each node gets a fixed address, .10 upwards in the order of the plan, as a real fleet's nodes have
+    reserved ones: a node that is stopped and started keeps its address, so /etc/hosts on the others
+    and slurmctld's view of it stay true (podman would otherwise lease it a new one)."""
+    if subnet is None:
+        return nodes
+    hosts = list(itertools.islice(ipaddress.ip_network(subnet).hosts(), 9, 9 + len(nodes)))
+    if len(hosts) < len(nodes):
+        raise StageError(f"network subnet {subnet} has no room for {len(nodes)} staged nodes from .10 upwards")
+    return [dataclasses.replace(n, address=str(a)) for n, a in zip(nodes, hosts, strict=True)]
+
+
 def _spec_hash(cfg: StageConfig, node: StageNode, image: str) -> str:
     """What a container was created from; a different value means up() must recreate it."""
     spec = [image, cfg.runtime, *cfg.ulimits, *node.gpu_devices, str(node.fuse), str(node.memory_mb),
             network_name(cfg)]
     spec += [f"cap:{c}" for c in node.caps] + [f"tmpfs:{p}" for p in node.tmpfs]  # absent: hash unchanged
+    spec += [f"ip:{node.address}"] if node.address else []
     return hashlib.sha256("\0".join(spec).encode()).hexdigest()[:12]
 
 
@@ -281,6 +309,7 @@ def _run_args(cfg: StageConfig, node: StageNode, image: str, port: int) -> list[
         "--systemd=always",
         "--network", network_name(cfg),
         "--network-alias", node.name,
+        *(["--ip", node.address] if node.address else []),
         "-p", f"127.0.0.1:{port}:22",
     ]
     for limit in cfg.ulimits:
@@ -404,6 +433,7 @@ def up(cfg: StageConfig, nodes: list[StageNode], log: Log = print) -> StagedClus
             _podman("network", "create", "--label", f"{LABEL_CLUSTER}={cfg.cluster}",
                     "--label", f"{LABEL_STATE}={state_hash(cfg)}", net)
             log(f"stage: created podman network {net}")
+        nodes = _with_addresses(nodes, _network_subnet(net))
 
         wanted = {n.name: n for n in nodes}
         existing = {c["Labels"].get(LABEL_NODE, ""): c for c in _containers(cfg)}
@@ -467,6 +497,7 @@ def up(cfg: StageConfig, nodes: list[StageNode], log: Log = print) -> StagedClus
             ssh_config=paths["ssh_config"],
             network=net,
             containers={n: container_name(cfg, n) for n in sorted(ports)},
+            addresses={n.name: n.address for n in nodes if n.address},
         )
 
 

@@ -120,21 +120,34 @@ def _sysctls(ctx, host):
 
 @pytest.mark.per("all", items=_sysctls)
 def test_sysctl(ctx, target, doc, item):
-    """Persisted in the role's sysctl.d file, and live where the kernel lets the node write it."""
+    """Persisted in the role's sysctl.d file, and live where the kernel lets the node write it. A single
+    integer is a minimum (roles/common, module gpucluster_sysctl): a live value already above it is
+    kept, neither lowered nor persisted (fs.file-max, which the kernel sizes from the RAM)."""
     key, value = item
     want = " ".join(str(value).split())
     facts = host_facts(ctx, target.host)
     persisted = facts["sysctl_file"]
+    live = facts["sysctls"].get(key, {"access": "missing", "value": ""})
+    got = live["value"]
+    if _as_int(want) is not None and _as_int(got) is not None and _as_int(got) > _as_int(want):
+        assert key not in persisted or _as_int(persisted[key]) >= _as_int(want), (
+            f"{target.host}: {doc['sysctl_file']} lowers {key} to {persisted[key]} (minimum {want})")
+        return  # above the minimum live: kept as the kernel set it
     assert persisted.get(key) == want, (
         f"{target.host}: {doc['sysctl_file']} has {key} = {persisted.get(key, '(absent)')}, expected {want}")
-    live = facts["sysctls"].get(key, {"access": "missing", "value": ""})
     if live["access"] == "missing":
         if facts["container"]:
             pytest.skip(f"{target.host}: {key} does not exist in a {facts['container']} container's namespace "
                         "(persisted; set it on the host)")
         pytest.fail(f"{target.host}: {key} is not a setting of this kernel", pytrace=False)
-    got = live["value"]
     if got != want and live["access"] == "ro":
         pytest.skip(f"{target.host}: {key} is read-only here (/proc/sys of a container): persisted, not live; "
                     "set it on the host")
     assert got == want, f"{target.host}: {key} = {got} live, expected {want} (persisted, not applied)"
+
+
+def _as_int(text: str) -> int | None:
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return None
