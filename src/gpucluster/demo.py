@@ -40,17 +40,25 @@ def run_job(staged, spec, plan) -> tuple[bool, str]:
     res = _ssh(staged.ssh_config, ctl, cmd)
     if res.returncode != 0:
         return False, f"sbatch failed on {ctl}: {(res.stderr or res.stdout).strip()[-400:]}"
-    job = res.stdout.strip().splitlines()[-1]
-    time.sleep(1)
-    acct = _ssh(staged.ssh_config, ctl, f"sacct -j {job} -X -n -P -o JobID,State,NodeList,ExitCode")
-    fields = acct.stdout.strip().split("|") if acct.stdout.strip() else []
-    if len(fields) < 4:
+    job = res.stdout.strip().splitlines()[-1].split(";")[0]
+    # slurmdbd gets the job's records asynchronously: right after the job ends, sacct was seen to show
+    # one node of the two. Wait (up to a minute) until the record is final and names both.
+    deadline = time.monotonic() + 60
+    while True:
+        acct = _ssh(staged.ssh_config, ctl, f"sacct -j {job} -X -n -P -o JobID,State,NNodes,NodeList,ExitCode")
+        fields = acct.stdout.strip().split("|") if acct.stdout.strip() else []
+        hosts = hostlist.expand_hostlist(fields[3]) if len(fields) >= 5 and fields[3] else []
+        settled = len(fields) >= 5 and fields[1] not in ("PENDING", "RUNNING") and len(hosts) == 2
+        if settled or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    if len(fields) < 5:
         return False, f"job {job}: sacct has no record ({acct.stderr.strip()})"
-    state, nodelist = fields[1], fields[2]
-    hosts = hostlist.expand_hostlist(nodelist)
+    state, nodelist = fields[1], fields[3]
     leaves = sorted({plan.unit_of_host[h].name for h in hosts if h in plan.unit_of_host})
-    ok = state == "COMPLETED" and len(leaves) == 1
-    return ok, f"job {job} {state} on {nodelist} under leaf {', '.join(leaves) or '?'} (asked --switches=1)"
+    ok = state == "COMPLETED" and len(hosts) == 2 and len(leaves) == 1
+    return ok, (f"job {job} {state} on {nodelist} ({len(hosts)} nodes) under leaf {', '.join(leaves) or '?'} "
+                "(asked -N2 --switches=1)")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -161,8 +161,15 @@ def switches_job(staged_cluster):
     res = staged_cluster.ssh(CONTROLLER, cmd, timeout=300)
     assert res.returncode == 0, f"sbatch failed: {(res.stderr or res.stdout)[-800:]}"
     job = res.stdout.strip().splitlines()[-1].split(";")[0]
-    nodes = staged_cluster.ssh(CONTROLLER, f"sacct -j {job} -X -n -P -o NodeList", check=True).stdout.strip()
-    return job, hostlist.expand_hostlist(nodes) if nodes else []
+    # slurmdbd records the job asynchronously: right after it ends sacct was seen to list one node of
+    # the two (the demo hit it). Read the allocation until it names two nodes, for up to a minute.
+    deadline = time.monotonic() + 60
+    while True:
+        nodes = staged_cluster.ssh(CONTROLLER, f"sacct -j {job} -X -n -P -o NodeList", check=True).stdout.strip()
+        expanded = hostlist.expand_hostlist(nodes) if nodes else []
+        if len(expanded) >= 2 or time.monotonic() > deadline:
+            return job, expanded
+        time.sleep(2)
 
 
 def test_two_node_job_with_switches_1_lands_under_one_leaf(switches_job):
