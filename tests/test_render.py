@@ -13,7 +13,7 @@ from pathlib import Path
 
 import hostlist
 import pytest
-from conftest import EXAMPLES, GOLDEN_DIR, example_data, generic_spec, loaded_example, spec_from_data
+from conftest import EXAMPLES, GOLDEN_DIR, example_data, example_path, generic_spec, loaded_example, spec_from_data
 
 from gpucluster.errors import UsageError
 from gpucluster.fabric import plan_cluster
@@ -406,3 +406,24 @@ def test_bom_counts_come_from_the_plan(name):
 def test_mi250x_bom_counts_cards():
     gpu = next(r.split(",") for r in rendered("frontier-mi250x-roce")["bom.csv"].splitlines() if r.startswith("gpu,"))
     assert gpu[1] == "mi250x" and int(gpu[-1]) == 384 * 4  # 4 cards a node, 8 GCDs
+
+
+def test_compiled_templates_are_cached_between_runs_and_change_nothing(tmp_path):
+    """The Jinja bytecode cache (render/templating.py) fills on the first run and the second run,
+    which reads it, writes the same bytes; an unusable cache folder only costs the time."""
+    import subprocess
+    import sys
+
+    entry = Path(sys.executable).parent / "gpucluster"
+    outputs = {}
+    for run_name, cache_dir in (("first", tmp_path / "cache"), ("second", tmp_path / "cache"),
+                                ("no-cache", Path("/proc/gpucluster-no-cache"))):
+        env = {**os.environ, "GPUCLUSTER_CACHE_DIR": str(cache_dir)}
+        out = tmp_path / run_name
+        res = subprocess.run([str(entry), "render", str(example_path("staging")), "-o", str(out)],
+                             capture_output=True, text=True, env=env, check=False)
+        assert res.returncode == 0, res.stderr
+        outputs[run_name] = {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+        if run_name == "first":
+            assert list((cache_dir / "jinja").glob("*.cache")), "no compiled template was cached"
+    assert outputs["first"] == outputs["second"] == outputs["no-cache"]

@@ -1,5 +1,12 @@
 """`gpucluster configure INVENTORY`: converge a cluster with the Ansible roles, through ansible-runner."""
 
-from gpucluster.configure.runner import ConfigureResult, HostStats, configure, summary
+from gpucluster._lazy import lazy_exports
 
-__all__ = ["ConfigureResult", "HostStats", "configure", "summary"]
+_EXPORTS = {
+    "ConfigureResult": ".runner",
+    "HostStats": ".runner",
+    "configure": ".runner",
+    "summary": ".runner",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

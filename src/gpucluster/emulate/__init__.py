@@ -1,6 +1,13 @@
 """Run rendered Slurm configs for real on one machine: a private slurmctld, optionally hundreds of
 emulated ``slurmd -N`` nodes, and the topology-aware placement measurements built on them."""
 
-from gpucluster.emulate.harness import SlurmCluster, SlurmCommandError, SlurmConfigError, SlurmStartError
+from gpucluster._lazy import lazy_exports
 
-__all__ = ["SlurmCluster", "SlurmCommandError", "SlurmConfigError", "SlurmStartError"]
+_EXPORTS = {
+    "SlurmCluster": ".harness",
+    "SlurmCommandError": ".harness",
+    "SlurmConfigError": ".harness",
+    "SlurmStartError": ".harness",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -4,19 +4,19 @@ image  builds (once per recipe) the node image from the host's Debian mirror;
 podman brings a staged cluster up and down and reports its state.
 """
 
-from ._proc import StageError
-from .image import ensure_image, image_recipe
-from .podman import NodeStatus, StageConfig, StagedCluster, StageNode, down, status, up
+from gpucluster._lazy import lazy_exports
 
-__all__ = [
-    "NodeStatus",
-    "StageConfig",
-    "StageError",
-    "StageNode",
-    "StagedCluster",
-    "down",
-    "ensure_image",
-    "image_recipe",
-    "status",
-    "up",
-]
+_EXPORTS = {
+    "StageError": "._proc",
+    "ensure_image": ".image",
+    "image_recipe": ".image",
+    "NodeStatus": ".podman",
+    "StageConfig": ".podman",
+    "StagedCluster": ".podman",
+    "StageNode": ".podman",
+    "down": ".podman",
+    "status": ".podman",
+    "up": ".podman",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
