@@ -64,7 +64,14 @@ def main() -> int:
     try:
         hosts = None
         rows = []
+        from gpucluster.validate.inventory import load_inventory
+
+        inventory = load_inventory(inv)
+        one = (inventory.groups.get("slurm_compute") or list(inventory.hosts))[0]
         plans = [("-n", n) for n in args.workers.split(",")]
+        # The fleet-scale question: N hosts must not cost N x one host. One compute host alone first.
+        took_one = statistics.median(validate(inv, "--limit", one, "-n", "1")[0] for _ in range(args.runs))
+        print(f"  validate --limit {one} -n 1: {took_one:.1f} s (one host of {len(inventory.hosts)})", flush=True)
         if args.via_slurm:
             plans.append(("--via-slurm", ""))
         for flag, value in plans:
@@ -78,6 +85,9 @@ def main() -> int:
             hosts = hosts or counts
             print(f"  validate {label:12s} {statistics.median(times):7.1f} s  (exit {rc}; {counts['checks']} checks, "
                   f"{counts['failed']} failed, {counts['skipped']} skipped; runs {len(times)})", flush=True)
+        for label, t, _rc, _c in rows:
+            print(f"  {len(inventory.hosts)} hosts with {label}: {t / took_one:.1f} x one host "
+                  f"(serial would be about {len(inventory.hosts)} x)")
         if len(rows) >= 2 and rows[0][1] > 0:
             base = rows[0][1]
             for label, t, _rc, _c in rows[1:]:
