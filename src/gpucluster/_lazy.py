@@ -4,14 +4,17 @@ command needs: every subcommand's package is imported to register its arguments.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 
-def lazy_exports(package: str, exports: dict[str, str]) -> Callable[[str], object]:
-    """A module-level __getattr__ for `package` that imports exports[name] (a submodule) on first use."""
+def lazy_exports(package: str, exports: dict[str, Iterable[str]]) -> tuple[list[str], Callable[[str], object]]:
+    """(__all__, __getattr__) for `package`, from {submodule: names it provides}; a name's submodule is
+    imported the first time the name is asked for."""
+    where = {name: module for module, names in exports.items() for name in names}
+
     def __getattr__(name: str) -> object:
-        module = exports.get(name)
+        module = where.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         return getattr(importlib.import_module(module, package), name)
-    return __getattr__
+    return sorted(where), __getattr__

@@ -2,11 +2,6 @@
 
 from gpucluster._lazy import lazy_exports
 
-_EXPORTS = {
-    "ConfigureResult": ".runner",
-    "HostStats": ".runner",
-    "configure": ".runner",
-    "summary": ".runner",
-}
-__all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__, __getattr__ = lazy_exports(__name__, {
+    ".runner": ("ConfigureResult", "HostStats", "configure", "summary"),
+})

@@ -3,11 +3,6 @@ emulated ``slurmd -N`` nodes, and the topology-aware placement measurements buil
 
 from gpucluster._lazy import lazy_exports
 
-_EXPORTS = {
-    "SlurmCluster": ".harness",
-    "SlurmCommandError": ".harness",
-    "SlurmConfigError": ".harness",
-    "SlurmStartError": ".harness",
-}
-__all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__, __getattr__ = lazy_exports(__name__, {
+    ".harness": ("SlurmCluster", "SlurmCommandError", "SlurmConfigError", "SlurmStartError"),
+})

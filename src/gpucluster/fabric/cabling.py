@@ -49,12 +49,9 @@ def cabling_rows(plan: Plan) -> Iterator[str]:
     uplink_offsets = [q // s_per + 1 for q in range(leaf.up)]
     # Per (HCA count, node count): "<leaf port>,node-leaf,<media>\n" for node p, HCA r (fat-tree numbering).
     node_tails: dict[tuple[int, int], list[list[str]]] = {}
-    hcas_of: dict[str, list[str]] = {}
     for unit in plan.units:
         group = spec.group(unit.group)
-        hcas = hcas_of.get(group.name)
-        if hcas is None:
-            hcas = hcas_of[group.name] = plan.hcas(group)
+        hcas = plan.hcas(group)
         hosts = group.hosts[unit.first:unit.first + unit.count]
         rows: list[str] = []
         if rail_design:

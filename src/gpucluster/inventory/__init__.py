@@ -2,12 +2,6 @@
 
 from gpucluster._lazy import lazy_exports
 
-_EXPORTS = {
-    "GROUPS": ".writer",
-    "host_vars": ".writer",
-    "inventory_data": ".writer",
-    "write_inventory": ".writer",
-    "write_inventory_data": ".writer",
-}
-__all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__, __getattr__ = lazy_exports(__name__, {
+    ".writer": ("GROUPS", "host_vars", "inventory_data", "write_inventory", "write_inventory_data"),
+})

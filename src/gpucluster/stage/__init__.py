@@ -6,17 +6,8 @@ podman brings a staged cluster up and down and reports its state.
 
 from gpucluster._lazy import lazy_exports
 
-_EXPORTS = {
-    "StageError": "._proc",
-    "ensure_image": ".image",
-    "image_recipe": ".image",
-    "NodeStatus": ".podman",
-    "StageConfig": ".podman",
-    "StagedCluster": ".podman",
-    "StageNode": ".podman",
-    "down": ".podman",
-    "status": ".podman",
-    "up": ".podman",
-}
-__all__ = sorted(_EXPORTS)
-__getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__, __getattr__ = lazy_exports(__name__, {
+    "._proc": ("StageError",),
+    ".image": ("ensure_image", "image_recipe"),
+    ".podman": ("NodeStatus", "StageConfig", "StagedCluster", "StageNode", "down", "status", "up"),
+})

@@ -381,10 +381,14 @@ def host_facts(ctx, name: str) -> dict:
     the journal live."""
     def gather():
         node = ctx.host(name)
-        units = sorted({u for g in ["all", *ctx.groups_of(name)] for u in ctx.doc["services"].get(g, [])})
-        pkgs = sorted({p for g in ["all", *ctx.groups_of(name)] for p in (ctx.doc.get("packages", {}).get(g) or {})}
-                      | {"slurm-client"})
-        keys = sorted({k for g in ["all", *ctx.groups_of(name)] for k in (ctx.doc.get("sysctls", {}).get(g) or {})})
+        groups = ["all", *ctx.groups_of(name)]
+
+        def wanted(section: str) -> set[str]:  # what the expectations name for this host's groups
+            return {k for g in groups for k in (ctx.doc.get(section, {}).get(g) or ())}
+
+        units = sorted(wanted("services"))
+        pkgs = sorted(wanted("packages") | {"slurm-client"})
+        keys = sorted(wanted("sysctls"))
         q = shlex.quote
         script = ["echo '@@units'"]
         if units:

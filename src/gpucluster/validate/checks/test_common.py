@@ -129,8 +129,9 @@ def test_sysctl(ctx, target, doc, item):
     persisted = facts["sysctl_file"]
     live = facts["sysctls"].get(key, {"access": "missing", "value": ""})
     got = live["value"]
-    if _as_int(want) is not None and _as_int(got) is not None and _as_int(got) > _as_int(want):
-        assert key not in persisted or _as_int(persisted[key]) >= _as_int(want), (
+    want_n, got_n = _as_int(want), _as_int(got)
+    if want_n is not None and got_n is not None and got_n > want_n:
+        assert key not in persisted or (_as_int(persisted[key]) or 0) >= want_n, (
             f"{target.host}: {doc['sysctl_file']} lowers {key} to {persisted[key]} (minimum {want})")
         return  # above the minimum live: kept as the kernel set it
     assert persisted.get(key) == want, (
