@@ -29,6 +29,11 @@ def check_meaning(loaded: LoadedSpec) -> list[Finding]:
     return [Finding(f.path, f.message, f.fix, f.rule, f.level, name, loaded.line(f.path)) for f in found]
 
 
+def check_rules(spec: ClusterSpec) -> Iterator[Finding]:
+    """The rules of meaning alone (no planner): what `gpucluster.cluster` runs before it plans."""
+    return _rules(spec)
+
+
 def _rules(spec: ClusterSpec) -> Iterator[Finding]:
     yield from _catalog_refs(spec)
     yield from _groups(spec)

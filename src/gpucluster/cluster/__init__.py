@@ -1,0 +1,9 @@
+"""One compiled load: a spec, its plan (computed once) and every fact derived from them.
+
+`load_cluster(path)` is the one entry point: the CLI, Pulumi, stage, emulate, validate and the
+Ansible plugins call it; nothing else parses the YAML or calls the planner.
+"""
+
+from gpucluster.cluster.model import Cluster, cluster_of, load_cluster
+
+__all__ = ["Cluster", "cluster_of", "load_cluster"]
