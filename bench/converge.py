@@ -38,12 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the numbers to this file")
     args = parser.parse_args(argv)
 
+    from gpucluster.cluster import load_cluster
     from gpucluster.configure import configure
-    from gpucluster.spec import load_spec
-    from gpucluster.stage.cli import stage_up
+    from gpucluster.stage.lifecycle import stage_up
     from gpucluster.stage.podman import StageConfig, down
 
-    spec = load_spec(args.spec).spec
+    spec = load_cluster(args.spec).spec
     base = Path(tempfile.mkdtemp(prefix="gpucluster-bench-"))
     state, inv = base / "state", base / "inventory"
     numbers: dict = {"spec": args.spec, "cpus": os.cpu_count(), "load_before": _load(), "runs": {}}

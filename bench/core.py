@@ -54,16 +54,17 @@ def one(spec_path: str) -> dict:
     st = Stages()
     st.wall["python start -> bench main"], st.cpu["python start -> bench main"] = (
         st._t - T_START, st._c - C_START)
-    from gpucluster.fabric import plan_cluster
+    from gpucluster.cluster import cluster_of
     from gpucluster.render import render_all, write_outputs
-    from gpucluster.spec import load_spec
+    from gpucluster.spec.loader import load_spec
 
     st.mark("import gpucluster")
-    loaded = load_spec(spec_path)  # syntax + meaning (the meaning checks run the planner too)
-    st.mark("load + check")
-    plan = plan_cluster(loaded.spec)
-    st.mark("plan")
-    outputs = render_all(loaded.spec, plan)
+    loaded = load_spec(spec_path)  # the syntax layer
+    st.mark("load (syntax)")
+    cluster = cluster_of(loaded)  # meaning checks and the one plan (gpucluster.cluster.load_cluster does both)
+    st.mark("check + plan")
+    plan = cluster.plan
+    outputs = render_all(cluster)
     st.mark("render (templates, bom, plan.json)")
     sizes: dict[str, int] = {}
     for name, value in outputs.items():
@@ -136,7 +137,7 @@ def scaling() -> None:
     sys.path.insert(0, str(ROOT / "src"))
     import yaml
 
-    from gpucluster.fabric import plan_cluster
+    from gpucluster.cluster import cluster_of
     from gpucluster.render.files import render_slurm
     from gpucluster.spec.loader import parse_yaml, validate_data
 
@@ -150,9 +151,9 @@ def scaling() -> None:
         for g in data["node_groups"]:
             if g["role"] == "compute":
                 g["count"] = max(1, round(g["count"] * factor))
-        spec = validate_data(data, {}, Path("scaled.yaml")).spec
-        plan = plan_cluster(spec)
-        out = render_slurm(spec, plan)
+        cluster = cluster_of(validate_data(data, {}, Path("scaled.yaml")))
+        spec, plan = cluster.spec, cluster.plan
+        out = render_slurm(cluster)
         compute = sum(g.count for g in spec.groups_with_role("compute"))
         node_lines = sum(line.startswith("NodeName=") for line in out["slurm.conf"].splitlines())
         sw_lines = sum(line.startswith("SwitchName=") for line in out["topology.conf"].splitlines())

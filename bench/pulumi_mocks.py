@@ -43,11 +43,10 @@ def _config(name: str, batch: int | None, stage_dir: Path) -> dict[str, str]:
 
 
 def _fake_stage_dir(spec: str) -> Path:
-    from gpucluster.spec import load_spec
+    from gpucluster.cluster import load_cluster
 
-    loaded = load_spec(ROOT / spec)
+    hosts = load_cluster(ROOT / spec).hosts
     d = Path(tempfile.mkdtemp(prefix="gpucluster-bench-stage-"))
-    hosts = [h for g in loaded.spec.node_groups for h in g.hosts]
     (d / "ports.json").write_text(json.dumps({h: 40000 + i for i, h in enumerate(hosts)}))
     return d
 

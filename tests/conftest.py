@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpucluster.cluster import Cluster, cluster_of, load_cluster
 from gpucluster.errors import Finding, SpecError
-from gpucluster.fabric import Plan, plan_cluster
-from gpucluster.spec import load_spec
+from gpucluster.fabric import Plan
 from gpucluster.spec.loader import parse_yaml, validate_data
 from gpucluster.spec.model import ClusterSpec, LoadedSpec
 
@@ -39,14 +39,20 @@ def example_text(name: str) -> str:
 
 
 @cache
-def _loaded_example(name: str) -> tuple[LoadedSpec, Plan]:
-    loaded = load_spec(example_path(name))
-    return loaded, plan_cluster(loaded.spec)
+def cluster_example(name: str) -> Cluster:
+    """The compiled cluster of an example (gpucluster.cluster), cached for the session."""
+    return load_cluster(example_path(name))
 
 
 def loaded_example(name: str) -> tuple[LoadedSpec, Plan]:
     """(loaded spec, plan) of an example, cached for the session: the big ones take a while."""
-    return _loaded_example(name)
+    cluster = cluster_example(name)
+    return cluster.loaded, cluster.plan
+
+
+def compiled(spec: ClusterSpec, source: str = "<generated>") -> Cluster:
+    """The compiled cluster of an in-memory spec (meaning checks and plan, as load_cluster runs them)."""
+    return cluster_of(LoadedSpec(spec=spec, source=Path(source), lines={}))
 
 
 @cache
@@ -110,9 +116,9 @@ def generic_spec(nodes: int | list[int], *, radix=64, rails=1, design="fat-tree"
 
 
 def findings_of(path: Path) -> list[Finding]:
-    """Every finding load_spec raises for a file; [] when it loads."""
+    """Every finding load_cluster raises for a file; [] when it loads."""
     try:
-        load_spec(path)
+        load_cluster(path)
     except SpecError as exc:
         return exc.findings
     return []

@@ -17,6 +17,7 @@ import pytest
 from conftest import EXAMPLES, ROOT, example_path, example_text, loaded_example, mutate
 
 from gpucluster.cli import main
+from gpucluster.render.topology import slurm_switches
 
 FINDING = re.compile(r"^(error|warning): (?P<file>[^:]+):(?P<line>\d+): (?P<field>\S+): .+; .+ \[(?P<rule>[\w-]+)\]$")
 CONTRACT = ("nodes", "gpus", "gpus_by_type", "switches", "links", "oversubscription", "bisection_tbps", "tiers",
@@ -257,7 +258,7 @@ def test_inventory_agrees_with_the_plan(capsys, tmp_path, name):
     assert members["slurm_controller"] == {h for g in spec.groups_with_role("controller") for h in g.hosts}
     fabric = "fabric_ib" if spec.fabric.type == "infiniband" else "fabric_roce"
     assert members[fabric] == {h for g in spec.fabric_groups for h in g.hosts}
-    parent = {c: s.name for s in plan.slurm_switches for c in s.switches}
+    parent = {c: s.name for s in slurm_switches(plan) for c in s.switches}
     racks: dict[str, list[str]] = {}
     for g in spec.node_groups:
         hosts = children[f"nodegroup_{g.name.replace('-', '_')}"]["hosts"]

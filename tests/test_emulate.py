@@ -22,6 +22,7 @@ from gpucluster.emulate.procs import _exists
 from gpucluster.emulate.slurmconf import ConfError, Layout, SlurmConf, adapt_gres_conf, adapt_slurm_conf
 from gpucluster.emulate.specs import Rendered, scaled_spec, write_and_render
 from gpucluster.emulate.topology import Fabric, parse_topology_conf
+from gpucluster.render.topology import slurm_switches
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 HAVE_SLURM = all(shutil.which(t) or Path("/usr/sbin", t).exists() for t in ("slurmctld", "slurmd", "munged"))
@@ -141,7 +142,7 @@ def test_gres_conf_keeps_count_and_type(rendered: Rendered) -> None:
 # -------------------------------------------------------------------------------- topology (pure)
 def test_topology_conf_matches_plan(rendered: Rendered, fabric: Fabric) -> None:
     topo = parse_topology_conf((rendered.conf_dir / "topology.conf").read_text())
-    for sw in rendered.plan.slurm_switches:
+    for sw in slurm_switches(rendered.plan):
         assert topo[sw.name]["level"] == sw.level
         if sw.nodes:
             assert topo[sw.name]["nodes"] == {n for h in sw.nodes for n in hostlist.expand_hostlist(h)}

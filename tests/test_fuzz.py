@@ -24,11 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpucluster.cli import main
+from gpucluster.cluster import load_cluster
 from gpucluster.errors import SpecError
-from gpucluster.fabric import plan_cluster
 from gpucluster.fabric.summary import plan_summary
 from gpucluster.render import render_all
-from gpucluster.spec import load_spec
 
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 BASES = ["staging", "meta-rsc-phase1", "frontier-mi250x-roce", "meta-24k-ib"]
@@ -51,7 +50,7 @@ def spec_file(tmp_path_factory):
 def load_or_findings(path: Path):
     """Load, then plan, summarise and render what loads. Only SpecError may escape, as findings."""
     try:
-        loaded = load_spec(path)
+        cluster = load_cluster(path)
     except SpecError as exc:
         assert exc.findings, "a SpecError without findings"
         for f in exc.findings:
@@ -59,9 +58,8 @@ def load_or_findings(path: Path):
             assert f.rule and f.message and f.fix, f"finding without rule/message/fix: {f.render()}"
             assert f.level == "error"
         return exc.findings
-    plan = plan_cluster(loaded.spec)
-    plan_summary(plan)
-    out = render_all(loaded.spec, plan, cabling=False)
+    plan_summary(cluster.plan)
+    out = render_all(cluster, cabling=False)
     for value in out.values():
         assert isinstance(value, str)
     assert_parseable(out)

@@ -17,10 +17,11 @@ from conftest import EXAMPLES, generic_spec, loaded_example, spec_from_data
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from gpucluster.cluster import check_meaning
 from gpucluster.errors import Finding
 from gpucluster.fabric import Plan, PlanError, plan_cluster
 from gpucluster.fabric.cabling import CABLING_HEADER, cabling_rows
-from gpucluster.spec.checks import check_meaning
+from gpucluster.render.topology import slurm_switches
 from gpucluster.spec.model import LoadedSpec, parse_ratio
 
 TIER_OF_LINK = {"node-leaf": ("node", "leaf"), "leaf-spine": ("leaf", "spine"), "spine-core": ("spine", "core")}
@@ -127,10 +128,10 @@ def check_cabling(plan: Plan) -> Cabling:
 def check_slurm_tree(plan: Plan) -> None:
     """topology.conf's tree: every fabric node under exactly one leaf, one root reaching everything."""
     spec = plan.spec
-    switches = {s.name: s for s in plan.slurm_switches}
-    assert len(switches) == len(plan.slurm_switches), "duplicate switch names"
+    switches = {s.name: s for s in slurm_switches(plan)}
+    assert len(switches) == len(slurm_switches(plan)), "duplicate switch names"
     leaf_of: dict[str, str] = {}
-    for s in plan.slurm_switches:
+    for s in slurm_switches(plan):
         assert not (s.nodes and s.switches), f"{s.name} has both Nodes and Switches"
         assert len(s.name) <= 64
         for node in hostlist.expand_hostlist(",".join(s.nodes)) if s.nodes else []:
@@ -138,7 +139,7 @@ def check_slurm_tree(plan: Plan) -> None:
             leaf_of[node] = s.name
     fabric_hosts = {h for g in spec.fabric_groups for h in g.hosts}
     assert set(leaf_of) == fabric_hosts
-    children = {c for s in plan.slurm_switches for c in s.switches}
+    children = {c for s in slurm_switches(plan) for c in s.switches}
     assert children <= set(switches)
     roots = [n for n in switches if n not in children]
     assert roots == [plan.root_name]

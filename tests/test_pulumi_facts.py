@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from conftest import loaded_example
+from conftest import compiled, loaded_example
 
 from gpucluster.deploy.facts import FACTS_SCRIPT, Facts, FactsError, compare, drift, parse_facts
 from gpucluster.deploy.nodes import batch_size, batches, expectation
@@ -91,9 +91,9 @@ def test_the_script_runs_under_sh_here() -> None:
 
 
 def test_a_matching_node_has_no_mismatch() -> None:
-    loaded, plan, group = _meta()
-    bad, notes = compare(expectation(loaded, plan, group, "on-prem"), parse_facts(_output(smi=H100, ib=ROCE_HCAS)),
-                         "gtt0001")
+    loaded, _plan, group = _meta()
+    bad, notes = compare(expectation(compiled(loaded.spec), group, "on-prem"),
+                         parse_facts(_output(smi=H100, ib=ROCE_HCAS)), "gtt0001")
     assert bad == [] and notes == []
 
 
@@ -108,26 +108,26 @@ def test_a_matching_node_has_no_mismatch() -> None:
     ({"host": "gtt0002"}, "hostname", "gtt0001", "gtt0002"),
 ])
 def test_each_mismatch_names_its_spec_field(change: dict, field: str, spec: str, node: str) -> None:
-    loaded, plan, group = _meta()
+    loaded, _plan, group = _meta()
     kw = {"smi": H100, "ib": ROCE_HCAS, **change}
-    bad, _notes = compare(expectation(loaded, plan, group, "on-prem"), parse_facts(_output(**kw)), "gtt0001")
+    bad, _notes = compare(expectation(compiled(loaded.spec), group, "on-prem"), parse_facts(_output(**kw)), "gtt0001")
     assert [m.field for m in bad] == [field]
     assert bad[0].spec.startswith(spec) and bad[0].node.startswith(node)
     assert bad[0].render().startswith(f"{field}: the spec says {bad[0].spec}, the node has {bad[0].node}")
 
 
 def test_more_than_the_spec_is_a_note_not_a_mismatch() -> None:
-    loaded, plan, group = _meta()
-    bad, notes = compare(expectation(loaded, plan, group, "on-prem"),
+    loaded, _plan, group = _meta()
+    bad, notes = compare(expectation(compiled(loaded.spec), group, "on-prem"),
                          parse_facts(_output(cores=64, mem_kb=4_000_000_000, smi=H100, ib=ROCE_HCAS)), "gtt0001")
     assert bad == []
     assert notes == ["node_groups[2].cpu.cores_per_socket: the node has 64, the spec 52; Slurm schedules the spec's"]
 
 
 def test_staged_nodes_count_interfaces_instead_of_hcas() -> None:
-    loaded, plan = loaded_example("staging")
+    loaded, _plan = loaded_example("staging")
     group = loaded.spec.group("gpu")
-    expect = expectation(loaded, plan, group, "staging")
+    expect = expectation(compiled(loaded.spec), group, "staging")
     staged = _output(host="gpu01", sockets=1, cores=2, threads=1, mem_kb=24_000_000,
                      dev=tuple(f"/dev/nvidia{i}" for i in range(4)))
     bad, notes = compare(expect, parse_facts(staged), "gpu01")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import EXAMPLES, ROOT, example_path, loaded_example
+from conftest import EXAMPLES, ROOT, cluster_example, example_path, loaded_example
 
 from gpucluster.cli import main
 from gpucluster.deploy.outputs import inventory_args, inventory_json
@@ -53,11 +53,11 @@ def _fake_pulumi(tmp_path: Path, outputs: dict, *, fail: bool = False) -> tuple[
 
 
 def _stack_inventory(name: str) -> tuple[str, Path]:
-    loaded, plan = loaded_example(name)
+    loaded, _plan = loaded_example(name)
     addresses = {h: (h, 22) for g in loaded.spec.node_groups for h in g.hosts}
-    connection, extra = inventory_args(loaded, target="on-prem", stack=name, addresses=addresses, ssh_user="ops",
-                                       ssh_key_path="~/.ssh/k", known_hosts="~/.ssh/kh")
-    return inventory_json(loaded.spec, plan, connection, extra), (connection, extra)
+    connection, extra = inventory_args(cluster_example(name), target="on-prem", stack=name, addresses=addresses,
+                                       ssh_user="ops", ssh_key_path="~/.ssh/k", known_hosts="~/.ssh/kh")
+    return inventory_json(cluster_example(name), connection, extra), (connection, extra)
 
 
 def test_inventory_from_a_stack_is_the_writers_file(tmp_path: Path, monkeypatch, capsys) -> None:
@@ -65,8 +65,7 @@ def test_inventory_from_a_stack_is_the_writers_file(tmp_path: Path, monkeypatch,
     bindir, log = _fake_pulumi(tmp_path, {"inventory": text})
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     assert main(["inventory", "--pulumi-stack", "meta-rsc-phase1", "-o", str(tmp_path / "inv")]) == 0
-    loaded, plan = loaded_example("meta-rsc-phase1")
-    direct = write_inventory(tmp_path / "direct", loaded.spec, plan, connection, extra)
+    direct = write_inventory(tmp_path / "direct", cluster_example("meta-rsc-phase1"), connection, extra)
     assert (tmp_path / "inv" / "hosts.yml").read_bytes() == direct.read_bytes()
     call = json.loads(log.read_text().splitlines()[-1])
     assert call == ["stack", "output", "--stack", "meta-rsc-phase1", "--json", "--show-secrets=false", "inventory"]

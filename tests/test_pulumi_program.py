@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, ROOT, example_path, loaded_example
+from conftest import EXAMPLES, ROOT, cluster_example, example_path, loaded_example
 
 from gpucluster.deploy.testing import (
     ENROLLMENT,
@@ -113,8 +113,8 @@ def test_components_and_counts(run: ProgramRun) -> None:
 
 @_examples()
 def test_every_node_is_enrolled_exactly_once_in_its_group(run: ProgramRun) -> None:
-    loaded, plan = loaded_example(_stack_name(run))
-    inv = inventory_data(loaded.spec, plan)["all"]["children"]
+    loaded, _plan = loaded_example(_stack_name(run))
+    inv = inventory_data(cluster_example(_stack_name(run)))["all"]["children"]
     for group in loaded.spec.node_groups:
         ours = sorted((r for r in run.of_type(ENROLLMENT) if unwrap(r.inputs)["group"] == group.name),
                       key=lambda r: r.name)  # registration order is the event loop's, names are batch order
@@ -161,7 +161,7 @@ def test_plan_outputs_equal_the_planner(run: ProgramRun) -> None:
 def _expected_connection(name: str, run: ProgramRun) -> tuple[dict, dict]:
     extra = {"gpucluster_spec": str(example_path(name).resolve()), "gpucluster_pulumi_stack": name}
     if name == "staging":
-        from gpucluster.stage.cli import connection_vars
+        from gpucluster.stage.lifecycle import connection_vars
         from gpucluster.stage.podman import StagedCluster
 
         stage = Path(unwrap(run.of_type(ENROLLMENT)[0].inputs)["ssh"]["known_hosts"]).parent
@@ -179,9 +179,8 @@ def _expected_connection(name: str, run: ProgramRun) -> tuple[dict, dict]:
 @_examples()
 def test_inventory_output_equals_the_inventory_writer(run: ProgramRun) -> None:
     name = _stack_name(run)
-    loaded, plan = loaded_example(name)
     connection, extra = _expected_connection(name, run)
-    assert json.loads(run.stack_outputs["inventory"]) == inventory_data(loaded.spec, plan, connection, extra)
+    assert json.loads(run.stack_outputs["inventory"]) == inventory_data(cluster_example(name), connection, extra)
 
 
 @pytest.mark.parametrize("name", ["staging", "meta-24k-roce"])
@@ -191,10 +190,9 @@ def test_inventory_from_the_stack_is_byte_for_byte_the_writers_file(name: str, t
     from gpucluster.inventory import write_inventory
 
     result = _run_of(name, tmp_path_factory)
-    loaded, plan = loaded_example(name)
     connection, extra = _expected_connection(name, result)
     ours = write_inventory_data(tmp_path / "stack", json.loads(result.stack_outputs["inventory"]))
-    theirs = write_inventory(tmp_path / "writer", loaded.spec, plan, connection, extra)
+    theirs = write_inventory(tmp_path / "writer", cluster_example(name), connection, extra)
     assert ours.read_bytes() == theirs.read_bytes()
     assert ours.stat().st_mode & 0o777 == theirs.stat().st_mode & 0o777
 
@@ -203,8 +201,7 @@ def test_inventory_from_the_stack_is_byte_for_byte_the_writers_file(name: str, t
 def test_slurm_file_hashes_equal_the_renderer(run: ProgramRun) -> None:
     from gpucluster.render import render_all
 
-    loaded, plan = loaded_example(_stack_name(run))
-    files = render_all(loaded.spec, plan, cabling=False)
+    files = render_all(cluster_example(_stack_name(run)), cabling=False)
     digest = {n: "sha256:" + hashlib.sha256(v.encode()).hexdigest() for n, v in files.items()}
     assert run.stack_outputs["renderedFiles"] == digest
     slurm = {n: d for n, d in digest.items() if n in ("slurm.conf", "topology.conf", "gres.conf", "cgroup.conf")}

@@ -17,13 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import example_data, example_path, loaded_example, skip_or_fail
+from conftest import cluster_example, example_data, example_path, loaded_example, skip_or_fail
 
+from gpucluster.cluster import load_cluster
 from gpucluster.deploy.enroll import MARKER, node_entry
 from gpucluster.deploy.nodes import expectation
 from gpucluster.deploy.provider import EnrollmentProvider
-from gpucluster.fabric import plan_cluster
-from gpucluster.spec import load_spec
 
 pytestmark = pytest.mark.staged
 
@@ -37,14 +36,13 @@ def staged(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     cluster name and state directory of this test run only."""
     if shutil.which("podman") is None:
         skip_or_fail("podman is not installed (scripts/stage-deps.sh installs it)")
-    from gpucluster.stage.cli import stage_nodes
+    from gpucluster.stage.lifecycle import stage_nodes
     from gpucluster.stage.podman import StageConfig, down, up
 
     cfg = StageConfig(cluster=f"pp{os.getpid()}-{secrets.token_hex(3)}",
                       state_dir=tmp_path_factory.mktemp("stage") / "state")
     request.addfinalizer(lambda: down(cfg, log=lambda _m: None))  # first: runs even if up() fails half-way
-    loaded, plan = loaded_example("staging")
-    nodes = stage_nodes(loaded.spec, plan)
+    nodes = stage_nodes(cluster_example("staging"))
     assert {n.name: len(n.gpu_devices) for n in nodes if n.name in NODES} == dict.fromkeys(NODES, GPUS)
     t0 = time.monotonic()
     sc = up(cfg, nodes, log=lambda _m: None)
@@ -62,19 +60,19 @@ def _spec(tmp_path: Path, gpus_per_node: int):
 
     path = tmp_path / f"staging-{gpus_per_node}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    loaded = load_spec(path)
-    return loaded, plan_cluster(loaded.spec)
+    return load_cluster(path)
 
 
 def _props(staged, tmp_path: Path, hosts: tuple[str, ...], *, gpus_per_node: int = GPUS, stack: str = "pytest",
            known_hosts: Path | None = None) -> dict:
     _cfg, sc = staged
-    loaded, plan = _spec(tmp_path, gpus_per_node)
+    cluster = _spec(tmp_path, gpus_per_node)
+    loaded = cluster.loaded
     group = loaded.spec.group("gpu")
     return {
         "cluster": loaded.spec.name, "group": "gpu", "target": "staging", "spec": str(loaded.source),
         "owner": {"project": "gpucluster", "stack": stack},
-        "expect": expectation(loaded, plan, group, "staging").as_dict(),
+        "expect": expectation(cluster, group, "staging").as_dict(),
         "nodes": [node_entry(h, *sc.nodes[h]) for h in hosts],
         "ssh": {"user": sc.ssh_user, "known_hosts": str(known_hosts or sc.known_hosts), "key_path": str(sc.ssh_key),
                 "timeout": 15},

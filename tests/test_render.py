@@ -7,18 +7,30 @@ GPUCLUSTER_UPDATE_GOLDEN=1 pytest tests/test_render.py and review the diff.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from functools import cache
 from pathlib import Path
 
 import hostlist
 import pytest
-from conftest import EXAMPLES, GOLDEN_DIR, example_data, example_path, generic_spec, loaded_example, spec_from_data
+from conftest import (
+    EXAMPLES,
+    GOLDEN_DIR,
+    cluster_example,
+    compiled,
+    example_data,
+    example_path,
+    generic_spec,
+    loaded_example,
+    spec_from_data,
+)
 
 from gpucluster.errors import UsageError
-from gpucluster.fabric import plan_cluster
 from gpucluster.render import render_all, write_outputs
 from gpucluster.render.slurm import scale_for
+from gpucluster.render.topology import slurm_switches
 from gpucluster.spec.model import ClusterSpec
 
 GOLDEN = {"staging": True, "meta-24k-roce": False}  # example -> include cabling.csv (2 MB for Meta: not kept)
@@ -29,13 +41,12 @@ def text_of(value) -> str:
 
 
 def render_spec(spec: ClusterSpec, *, cabling: bool = False) -> dict[str, str]:
-    return {k: text_of(v) for k, v in render_all(spec, plan_cluster(spec), cabling=cabling).items()}
+    return {k: text_of(v) for k, v in render_all(compiled(spec), cabling=cabling).items()}
 
 
 @cache
 def rendered(name: str) -> dict[str, str]:
-    loaded, plan = loaded_example(name)
-    return {k: text_of(v) for k, v in render_all(loaded.spec, plan, cabling=GOLDEN.get(name, False)).items()}
+    return {k: text_of(v) for k, v in render_all(cluster_example(name), cabling=GOLDEN.get(name, False)).items()}
 
 
 def records(text: str, kind: str) -> list[dict[str, str]]:
@@ -123,10 +134,10 @@ def test_topology_conf_is_the_planned_tree(name):
     """Every SwitchName line is a planned switch; node and switch hostlists expand to exactly the plan's."""
     spec, plan = loaded_example(name)[0].spec, loaded_example(name)[1]
     lines = records(rendered(name)["topology.conf"], "SwitchName")
-    assert [r["SwitchName"] for r in lines] == [s.name for s in plan.slurm_switches]
-    names = {s.name for s in plan.slurm_switches}
+    assert [r["SwitchName"] for r in lines] == [s.name for s in slurm_switches(plan)]
+    names = {s.name for s in slurm_switches(plan)}
     under_leaves: list[str] = []
-    for rec, sw in zip(lines, plan.slurm_switches, strict=True):
+    for rec, sw in zip(lines, slurm_switches(plan), strict=True):
         assert ("Nodes" in rec) != ("Switches" in rec)
         if sw.nodes:
             assert expand(rec["Nodes"]) == expand(",".join(sw.nodes))
@@ -191,7 +202,7 @@ def test_block_topology_per_version():
     data["slurm"].update(topology="block", version="23.11")
     spec = spec_from_data(data)
     out = render_spec(spec)
-    plan = plan_cluster(spec)
+    plan = compiled(spec).plan
     blocks = records(out["topology.conf"], "BlockName")
     assert [b["BlockName"] for b in blocks] == [u.name for u in plan.units]
     assert [expand(b["Nodes"]) for b in blocks] == [expand(plan.unit_hostlist(u)) for u in plan.units]
@@ -233,7 +244,7 @@ def test_config_sizes_are_bounded_by_groups_and_switches(name):
     spec, plan = loaded_example(name)[0].spec, loaded_example(name)[1]
     out = rendered(name)
     assert len(out["slurm.conf"]) < 4000 + 400 * len(spec.node_groups) + 200 * len(spec.slurm.partitions)
-    assert len(out["topology.conf"]) < 400 + 120 * len(plan.slurm_switches)
+    assert len(out["topology.conf"]) < 400 + 120 * len(slurm_switches(plan))
     assert len(out["gres.conf"]) < 200 + 250 * len(spec.node_groups)
 
 
@@ -354,10 +365,10 @@ def test_write_outputs_fails_cleanly_under_a_regular_file(tmp_path):
 
 
 def test_render_all_names_and_no_cabling_switch():
-    loaded, plan = loaded_example("staging")
-    names = set(render_all(loaded.spec, plan))
+    cluster = cluster_example("staging")
+    names = set(render_all(cluster))
     assert names >= {"slurm.conf", "topology.conf", "gres.conf", "cgroup.conf", "nccl.conf", "cabling.csv", "bom.csv"}
-    assert "cabling.csv" not in render_all(loaded.spec, plan, cabling=False)
+    assert "cabling.csv" not in render_all(cluster, cabling=False)
 
 
 def test_templates_come_from_the_templates_dir():
@@ -427,3 +438,22 @@ def test_compiled_templates_are_cached_between_runs_and_change_nothing(tmp_path)
         if run_name == "first":
             assert list((cache_dir / "jinja").glob("*.cache")), "no compiled template was cached"
     assert outputs["first"] == outputs["second"] == outputs["no-cache"]
+
+
+BASELINE = json.loads((GOLDEN_DIR / "baseline-sha256.json").read_text())
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_rendered_files_keep_their_pre_refactor_bytes(name):
+    """The one-compiled-load refactor changed no output: every file an example rendered before it
+    (tests/golden/baseline-sha256.json, recorded from the code before the refactor) has the same
+    sha256. A file new since then is not in the baseline; a file that vanished fails."""
+    got = {}
+    for file, value in render_all(cluster_example(name)).items():
+        h = hashlib.sha256()
+        for chunk in [value] if isinstance(value, str) else value():
+            h.update(chunk.encode())
+        got[file] = h.hexdigest()
+    want = BASELINE[name]
+    assert set(want) <= set(got), f"files no longer rendered: {sorted(set(want) - set(got))}"
+    assert {f: got[f] for f in want} == want

@@ -137,12 +137,11 @@ def test_site_playbook_imports_the_storage_and_hardware_playbooks():
 
 @pytest.fixture(scope="module")
 def staging_inventory(tmp_path_factory) -> Path:
-    from gpucluster.cli import _load as load
+    from gpucluster.cluster import load_cluster
     from gpucluster.inventory import write_inventory
 
-    loaded, plan = load(str(ROOT / "examples" / "staging.yaml"))
     d = tmp_path_factory.mktemp("inv")
-    return write_inventory(d, loaded.spec, plan, extra_vars={
+    return write_inventory(d, load_cluster(ROOT / "examples" / "staging.yaml"), extra_vars={
         "gpucluster_spec": str(ROOT / "examples" / "staging.yaml"), "gpucluster_state_dir": str(d / "state"),
         "gpucluster_secrets_dir": str(d / "state" / "secrets"), "gpucluster_staged": True})
 
@@ -355,14 +354,15 @@ def test_secret_is_generated_once_private_and_never_returned(tmp_path):
 
 
 def test_render_module_writes_what_the_cli_renders_and_only_when_changed(tmp_path):
-    from gpucluster.cli import _load as load
+    from gpucluster.cluster import load_cluster
     from gpucluster.render import render_all
+    from gpucluster.render.topology import slurm_switches
 
     spec_path = str(ROOT / "examples" / "staging.yaml")
     texts, switches = m_render.render_spec(spec_path)
-    loaded, plan = load(spec_path)
-    assert texts == render_all(loaded.spec, plan, cabling=False)
-    assert [s["name"] for s in switches] == [s.name for s in plan.slurm_switches]
+    cluster = load_cluster(spec_path)
+    assert texts == render_all(cluster, cabling=False)
+    assert [s["name"] for s in switches] == [s.name for s in slurm_switches(cluster.plan)]
     target = str(tmp_path / "slurm.conf")
     assert m_render.write_if_changed(target, texts["slurm.conf"], 0o644, check_mode=False) is True
     assert m_render.write_if_changed(target, texts["slurm.conf"], 0o644, check_mode=False) is False

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 
 import hostlist
 import pytest
-from conftest import EXAMPLES, loaded_example, skip_or_fail, slurmctld_available
+from conftest import EXAMPLES, cluster_example, loaded_example, skip_or_fail, slurmctld_available
 
 from gpucluster.fabric import Plan
 from gpucluster.render import render_all, write_outputs
+from gpucluster.render.topology import slurm_switches
 from gpucluster.spec.model import ClusterSpec
 
 # colossus-200k: 25,000 nodes; 55-80 s wall for its four tests on the busy 2-core machine (about 13 s of
@@ -60,7 +61,7 @@ def running(request, tmp_path_factory) -> Running:
     name = request.param
     loaded, plan = loaded_example(name)
     out = tmp_path_factory.mktemp(name)
-    write_outputs(render_all(loaded.spec, plan, cabling=False), out)
+    write_outputs(render_all(cluster_example(name), cabling=False), out)
     t0 = time.monotonic()
     with SlurmCluster(out, start_timeout=START_TIMEOUT) as cluster:
         ready = time.monotonic() - t0
@@ -90,7 +91,7 @@ def expand(exprs) -> set[str]:
 def test_topology_has_exactly_the_planned_switches(running):
     r = running
     with journal_on_failure(r):
-        planned = {s.name: s for s in r.plan.slurm_switches}
+        planned = {s.name: s for s in slurm_switches(r.plan)}
         if set(r.topology) != set(planned):
             fail_with_log(r, f"switches differ: missing {sorted(set(planned) - set(r.topology))[:5]}, "
                              f"unexpected {sorted(set(r.topology) - set(planned))[:5]}")
@@ -170,11 +171,10 @@ def test_hostname_shapes_load_in_slurmctld(shape, tmp_path):
     """A spec that passes `check` must give hostlists slurmctld expands to exactly the generated names."""
     if not slurmctld_available():
         skip_or_fail("slurmctld/munged/scontrol not installed (apt-get install slurmctld slurm-client munge)")
-    from conftest import example_data, spec_from_data
+    from conftest import compiled, example_data, spec_from_data
 
+    from gpucluster.cluster import check_meaning
     from gpucluster.emulate import SlurmCluster
-    from gpucluster.fabric import plan_cluster
-    from gpucluster.spec.checks import check_meaning
     from gpucluster.spec.model import LoadedSpec
 
     data = example_data("staging")
@@ -182,8 +182,9 @@ def test_hostname_shapes_load_in_slurmctld(shape, tmp_path):
     data["fabric"]["nodes_per_leaf"] = 8
     spec = spec_from_data(data)
     assert not [f for f in check_meaning(LoadedSpec(spec=spec, source="x.yaml", lines={})) if f.level == "error"]
-    plan = plan_cluster(spec)
-    write_outputs(render_all(spec, plan, cabling=False), tmp_path)
+    cluster = compiled(spec)
+    plan = cluster.plan
+    write_outputs(render_all(cluster, cabling=False), tmp_path)
     with SlurmCluster(tmp_path, start_timeout=START_TIMEOUT) as cluster:
         nodes, topo = cluster.nodes(), cluster.topology()
         log = cluster.log_tail(40)

@@ -18,6 +18,7 @@ from gpucluster.emulate import SlurmCluster, SlurmStartError
 from gpucluster.emulate.procs import _exists
 from gpucluster.emulate.slurmconf import SlurmConf
 from gpucluster.emulate.topology import parse_topology_conf
+from gpucluster.render.topology import slurm_switches
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 pytestmark = [
@@ -168,7 +169,7 @@ LOADABLE = sorted(p.stem for p in EXAMPLES_DIR.glob("*.yaml") if _declared_versi
 
 def expected_topology(plan) -> dict[str, dict]:
     """What slurmctld must report, from the plan alone: levels as planned, nodes of a switch = all below."""
-    switches = {sw.name: sw for sw in plan.slurm_switches}
+    switches = {sw.name: sw for sw in slurm_switches(plan)}
 
     def below(name: str) -> set[str]:
         sw = switches[name]

@@ -14,11 +14,9 @@ import pytest
 from conftest import EXAMPLES, example_path, example_text, findings_of, line_of, mutate
 
 from gpucluster.catalog import GPUS, SWITCHES
+from gpucluster.cluster import check_meaning, load_cluster
 from gpucluster.errors import Finding
-from gpucluster.fabric import plan_cluster
 from gpucluster.fabric.plan import _max_down
-from gpucluster.spec import load_spec
-from gpucluster.spec.checks import check_meaning
 from gpucluster.spec.loader import load_spec as load_unchecked
 
 RENDERED = re.compile(r"^(?P<file>[^:]+):(?P<line>\d+): (?P<field>\S+): (?P<msg>.+); (?P<fix>.+) \[(?P<rule>[\w-]+)\]$")
@@ -42,7 +40,7 @@ def assert_located(f: Finding, path, line: int) -> None:
 
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_examples_load_without_errors(name):
-    loaded = load_spec(example_path(name))
+    loaded = load_unchecked(example_path(name))
     assert [f for f in check_meaning(loaded) if f.level == "error"] == []
 
 
@@ -200,7 +198,7 @@ def test_ratio_decides_whether_the_leaf_fits(write_spec):
     ok = write_spec(base.replace("  tiers: 2\n", "  tiers: 2\n  oversubscription: {leaf: '2:1'}\n"), "ok.yaml")
     bad = write_spec(base, "bad.yaml")
     assert [f.rule for f in findings_of(bad)] == ["radix"]
-    leaf = plan_cluster(load_spec(ok).spec).tier("leaf")
+    leaf = load_cluster(ok).plan.tier("leaf")
     assert (leaf.down, leaf.up) == (40, 20)
 
 
@@ -222,7 +220,7 @@ def test_unquoted_ratio_is_text_not_base_60(write_spec):
     """YAML 1.1 reads 1:1 as 61 and 7:1 as 421; the loader keeps them (and times like 1:00:00) as text."""
     text = example_text("meta-24k-roce").replace('{leaf: "1:1", spine: "7:1"}', "{leaf: 1:1, spine: 7:1}")
     text = text.replace('max_time: "14-00:00:00"', "max_time: 1:00:00")
-    spec = load_spec(write_spec(text)).spec
+    spec = load_cluster(write_spec(text)).spec
     assert spec.fabric.oversubscription == {"leaf": "1:1", "spine": "7:1"}
     assert spec.slurm.partitions[0].max_time == "1:00:00"
     assert spec.fabric.ratio("spine") == 7.0
@@ -278,7 +276,7 @@ def test_meaning_problems_reported_together(write_spec):
 
 def test_warnings_do_not_stop_loading():
     """Meta's 7:1 aggregation cannot split 384 downlinks exactly: a located warning, not an error."""
-    loaded = load_unchecked(example_path("meta-24k-roce"), check=False)
+    loaded = load_unchecked(example_path("meta-24k-roce"))
     fs = check_meaning(loaded)
     w = one(fs, "fabric.oversubscription.spine", "ratio-rounded")
     assert w.level == "warning"
@@ -291,9 +289,10 @@ def test_warnings_do_not_stop_loading():
 def test_user_catalog_switch_is_used_by_the_planner():
     """meta-rsc adds an 800-port HDR director that the built-in catalog lacks; the spine tier uses it."""
     assert "cs8500" not in SWITCHES
-    spec = load_spec(example_path("meta-rsc-phase1")).spec
+    cluster = load_cluster(example_path("meta-rsc-phase1"))
+    spec = cluster.spec
     assert spec.parts.switches["cs8500"].ports == {200: 800}
-    spine = plan_cluster(spec).tier("spine")
+    spine = cluster.plan.tier("spine")
     assert (spine.model, spine.radix) == ("cs8500", 800)
 
 
@@ -356,7 +355,7 @@ def test_compute_group_off_the_fabric_is_warned(write_spec):
     text, _ = mutate(example_text("staging"), "fabric:\n", extra)
     text, _ = mutate(text, "      groups: [gpu]\n", "      groups: [gpu, cpu]\n")
     path = write_spec(text)
-    load_spec(path)  # a warning, not an error
-    fs = check_meaning(load_unchecked(path, check=False))
+    load_cluster(path)  # a warning, not an error
+    fs = check_meaning(load_unchecked(path))
     w = one(fs, "node_groups[4].nics_per_node", "topology")
     assert w.level == "warning" and w.line == line_of(text, "  - name: cpu") and w.fix

@@ -18,11 +18,12 @@ from pathlib import Path
 import hostlist
 import pytest
 import yaml
-from conftest import example_path, loaded_example, skip_or_fail
+from conftest import cluster_example, example_path, loaded_example, skip_or_fail
 
 from gpucluster.errors import UsageError
 from gpucluster.inventory.writer import inventory_data
 from gpucluster.render import nccl_file_for, render_all
+from gpucluster.render.topology import slurm_switches
 from gpucluster.validate import expect, report, viaslurm
 from gpucluster.validate.inventory import load_inventory
 from gpucluster.validate.runner import CHECKS_DIR, default_workers, pytest_command
@@ -50,8 +51,7 @@ def staging_inventory(tmp_path_factory) -> Path:
     """The inventory `stage up` writes for examples/staging.yaml (connection vars included), plus a
     secrets dir holding a munge key (random bytes made here: never a real secret)."""
     tmp_path = tmp_path_factory.mktemp("inventory")
-    loaded, plan = loaded_example("staging")
-    spec = loaded.spec
+    spec = cluster_example("staging").spec
     secrets = tmp_path / "secrets"
     secrets.mkdir()
     (secrets / "munge.key").write_bytes(os.urandom(1024))
@@ -60,7 +60,7 @@ def staging_inventory(tmp_path_factory) -> Path:
                 "ansible_ssh_common_args": f"-o UserKnownHostsFile={tmp_path}/kh -o StrictHostKeyChecking=yes "
                                            "-o ControlMaster=auto -o ControlPersist=60s"}
             for i, h in enumerate(h for g in spec.node_groups for h in g.hosts)}
-    data = inventory_data(spec, plan, conn, extra_vars={
+    data = inventory_data(cluster_example("staging"), conn, extra_vars={
         "gpucluster_spec": str(example_path("staging").resolve()), "gpucluster_staged": True,
         "gpucluster_secrets_dir": str(secrets), "gpucluster_state_dir": str(tmp_path)})
     inv = tmp_path / "inv"
@@ -133,12 +133,12 @@ def test_missing_inventory_is_a_usage_error(tmp_path):
 def test_expectations_come_from_plan_and_renderer(doc):
     loaded, plan = loaded_example("staging")
     spec = loaded.spec
-    rendered = render_all(spec, plan, cabling=False)
+    rendered = render_all(cluster_example("staging"), cabling=False)
     for name in ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf"):
         assert doc["slurm"]["files"][name]["sha256"] == hashlib.sha256(rendered[name].encode()).hexdigest()
     # topology: every plan switch, with its nodes expanded
-    assert [s["name"] for s in doc["slurm"]["switches"]] == [s.name for s in plan.slurm_switches]
-    for sw, want in zip(doc["slurm"]["switches"], plan.slurm_switches, strict=True):
+    assert [s["name"] for s in doc["slurm"]["switches"]] == [s.name for s in slurm_switches(plan)]
+    for sw, want in zip(doc["slurm"]["switches"], slurm_switches(plan), strict=True):
         assert sw["level"] == want.level
         assert sw["nodes"] == sorted(n for e in want.nodes for n in hostlist.expand_hostlist(e))
     g = spec.group("gpu")
@@ -147,7 +147,7 @@ def test_expectations_come_from_plan_and_renderer(doc):
         assert doc["slurm"]["nodes"][h]["gres"] == f"gpu:{gpu.slurm_type}:{g.gpus_per_node}"
         assert doc["hosts"][h]["gpu"]["count"] == g.gpus_per_node
         assert doc["hosts"][h]["hcas"] == plan.hcas(g)
-    conf_name, _ = nccl_file_for(spec, plan, g)
+    conf_name, _ = nccl_file_for(cluster_example("staging"), g)
     assert doc["nccl"]["gpu"]["conf"]["sha256"] == hashlib.sha256(rendered[conf_name].encode()).hexdigest()
     assert doc["flash"]["mount"] == spec.storage.flash.mount
     assert doc["nfs"][0]["exports"][0]["options"] == spec.storage.nfs[0].exports[0].options
@@ -170,8 +170,7 @@ def test_staging_profile_differences_are_listed(doc):
 
 
 def test_production_profile_has_no_differences():
-    loaded, plan = loaded_example("meta-24k-roce")
-    assert expect.profile_differences(loaded.spec, plan) == []
+    assert expect.profile_differences(cluster_example("meta-24k-roce")) == []
 
 
 def test_pins_and_sysctls_come_from_role_defaults(doc):
@@ -213,7 +212,7 @@ def test_one_test_per_item_grouped_by_inventory_group(doc, tmp_path):
     assert "test_security.py::test_slurmdbd_password_file_private[slurm_dbd:ctl01]" in ids
     # topology: one test per plan switch
     _loaded, plan = loaded_example("staging")
-    for sw in plan.slurm_switches:
+    for sw in slurm_switches(plan):
         assert f"test_slurm.py::test_topology_switch[slurm_controller:ctl01:{sw.name}]" in ids
     # config files: one per (Slurm host, file)
     for host in ("ctl01", "gpu01"):

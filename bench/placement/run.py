@@ -32,6 +32,7 @@ from gpucluster.emulate import placement as P
 from gpucluster.emulate.emulator import emulate
 from gpucluster.emulate.specs import scaled_spec, write_and_render
 from gpucluster.emulate.topology import Fabric, parse_topology_conf
+from gpucluster.render.topology import slurm_switches
 
 # design -> (example, compute group, fabric fields, what it is)
 DESIGNS = {
@@ -57,12 +58,12 @@ def check_against_plan(fabric: Fabric, plan) -> None:
     """The leaves read back from topology.conf are the plan's leaves (one source of truth)."""
     planned = {
         sw.name: {n for spec in sw.nodes for n in hostlist.expand_hostlist(spec)}
-        for sw in plan.slurm_switches
+        for sw in slurm_switches(plan)
         if sw.nodes
     }
     got = {leaf: set(nodes) for leaf, nodes in fabric.leaf_nodes.items()}
     if planned != got:
-        raise SystemExit("topology.conf leaves differ from plan.slurm_switches")
+        raise SystemExit("topology.conf leaves differ from the plan's Slurm switches")
 
 
 def run_design(design: str, args: argparse.Namespace, workdir: Path) -> dict:

@@ -102,17 +102,16 @@ def write_if_changed(path: str, text: str, mode: int, check_mode: bool) -> bool:
 
 def render_spec(spec_path: str, cabling: bool = False) -> tuple[dict, list]:
     """{name: text} exactly as `gpucluster render --no-cabling` writes them, and the plan's switches."""
-    from gpucluster.fabric import plan_cluster
+    from gpucluster.cluster import load_cluster
     from gpucluster.render import render_all
-    from gpucluster.spec import load_spec
+    from gpucluster.render.topology import slurm_switches
 
-    spec = load_spec(spec_path).spec
-    plan = plan_cluster(spec)
+    cluster = load_cluster(spec_path)
     files = {}
-    for name, value in render_all(spec, plan, cabling=cabling).items():
+    for name, value in render_all(cluster, cabling=cabling).items():
         files[name] = value if isinstance(value, str) else "".join(value())
     switches = [{"name": s.name, "level": s.level, "nodes": list(s.nodes), "switches": list(s.switches)}
-                for s in plan.slurm_switches]
+                for s in slurm_switches(cluster.plan)]
     return files, switches
 
 

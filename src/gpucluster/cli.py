@@ -11,36 +11,22 @@ import time
 from pathlib import Path
 
 from gpucluster import __version__
-from gpucluster.errors import Finding, OperationError, SpecError, UsageError
+from gpucluster.errors import OperationError, SpecError, UsageError
 
 # Subcommands that live with their concern; each module has register(subparsers).
 PLUGINS = ("gpucluster.stage.cli", "gpucluster.inventory.cli", "gpucluster.configure.cli", "gpucluster.validate.cli",
-           "gpucluster.emulate.cli", "gpucluster.deploy.cli", "gpucluster.demo")
-
-
-def _load(path: str):
-    from gpucluster.fabric import PlanError, plan_cluster
-    from gpucluster.spec import load_spec
-
-    loaded = load_spec(path)
-    try:
-        plan = plan_cluster(loaded.spec)
-    except PlanError as exc:  # check_meaning already ran the planner; this is belt and braces
-        raise SpecError([Finding(f.path, f.message, f.fix, f.rule, f.level, str(loaded.source),
-                                 loaded.line(f.path)) for f in exc.findings]) from None
-    return loaded, plan
+           "gpucluster.emulate.cli", "gpucluster.deploy.cli", "gpucluster.demo.cli")
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from gpucluster.spec.checks import check_meaning
+    from gpucluster.cluster import check_meaning
     from gpucluster.spec.loader import load_spec
 
-    loaded = load_spec(args.spec, check=False)
+    loaded = load_spec(args.spec)
     findings = check_meaning(loaded)
-    errors = [f for f in findings if f.level == "error"]
     for f in findings:
         print(f"{f.level}: {f.render()}", file=sys.stderr)
-    if errors:
+    if any(f.level == "error" for f in findings):
         raise SpecError([])  # already printed
     spec = loaded.spec
     print(f"{args.spec}: ok ({len(spec.node_groups)} node groups, "
@@ -49,9 +35,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from gpucluster.cluster import load_cluster
     from gpucluster.fabric.summary import plan_summary
 
-    _loaded, plan = _load(args.spec)
+    plan = load_cluster(args.spec).plan
     summary = plan_summary(plan)
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -87,15 +74,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
+    from gpucluster.cluster import load_cluster
     from gpucluster.render import render_all, write_outputs
 
     t0 = time.perf_counter()
-    loaded, plan = _load(args.spec)
-    sizes = write_outputs(render_all(loaded.spec, plan, cabling=not args.no_cabling), Path(args.output))
+    cluster = load_cluster(args.spec)
+    sizes = write_outputs(render_all(cluster, cabling=not args.no_cabling), Path(args.output))
     took = time.perf_counter() - t0
     for name, size in sizes.items():
         print(f"  {args.output.rstrip('/')}/{name}  {size:,} bytes")
-    print(f"rendered {len(sizes)} files for {loaded.spec.name} in {took:.2f} s")
+    print(f"rendered {len(sizes)} files for {cluster.name} in {took:.2f} s")
     return 0
 
 

@@ -78,6 +78,7 @@ class StagedHandle:
 
     spec: object
     plan: object
+    loaded: object
     spec_path: Path
     inventory: Path
     state_dir: Path
@@ -87,10 +88,9 @@ class StagedHandle:
     _runs: int = 0
 
     def hosts(self, group: str) -> list[str]:
-        from gpucluster.inventory.writer import inventory_data
+        from gpucluster.cluster import cluster_of
 
-        data = inventory_data(self.spec, self.plan)
-        return sorted((data["all"]["children"].get(group) or {}).get("hosts") or {})
+        return sorted(cluster_of(self.loaded).contract_groups.get(group, []))
 
     def container(self, host: str) -> str:
         return self.staged.containers[host]
@@ -151,11 +151,12 @@ def staged_cluster(tmp_path_factory: pytest.TempPathFactory):
     reason = _missing_tools()
     if reason:
         skip_or_fail(reason)
-    from gpucluster.cli import _load
-    from gpucluster.stage.cli import stage_up
+    from gpucluster.cluster import load_cluster
+    from gpucluster.stage.lifecycle import stage_up
     from gpucluster.stage.podman import StageConfig, down
 
-    loaded, plan = _load(str(SPEC))
+    cluster = load_cluster(SPEC)
+    loaded, plan = cluster.loaded, cluster.plan
     base = tmp_path_factory.mktemp("staged")
     state, inv_dir, logs = base / "state", base / "inventory", base / "logs"
     logs.mkdir()
@@ -164,8 +165,8 @@ def staged_cluster(tmp_path_factory: pytest.TempPathFactory):
     try:
         staged, inventory = stage_up(str(SPEC), state=str(state), inventory=str(inv_dir),
                                      log=lambda m: (stage_log.write(m + "\n"), stage_log.flush()))
-        handle = StagedHandle(spec=loaded.spec, plan=plan, spec_path=SPEC, inventory=inventory, state_dir=state,
-                              staged=staged, logs=logs)
+        handle = StagedHandle(spec=loaded.spec, plan=plan, loaded=loaded, spec_path=SPEC, inventory=inventory,
+                              state_dir=state, staged=staged, logs=logs)
         handle.first_configure = handle.configure()
         yield handle
     finally:

@@ -17,21 +17,20 @@ from pathlib import Path
 import hostlist
 import pytest
 
-from gpucluster.cli import _load
-from gpucluster.inventory.writer import inventory_data
-from gpucluster.render.slurm import gres_type
+from gpucluster.cluster import load_cluster
+from gpucluster.render.topology import slurm_switches
 
 SPEC = Path(__file__).resolve().parents[2] / "examples" / "staging.yaml"
 
 pytestmark = pytest.mark.staged
 
-_LOADED, PLAN = _load(str(SPEC))
+_CLUSTER = load_cluster(SPEC)
+_LOADED, PLAN = _CLUSTER.loaded, _CLUSTER.plan
 STAGED_SPEC = _LOADED.spec
-_GROUPS = inventory_data(STAGED_SPEC, PLAN)["all"]["children"]
 
 
 def _group(name: str) -> list[str]:
-    return sorted((_GROUPS.get(name) or {}).get("hosts") or {})
+    return sorted(_CLUSTER.contract_groups.get(name, []))
 
 
 CONTROLLER = _group("slurm_controller")[0]
@@ -111,7 +110,7 @@ def test_config_on_node_is_byte_identical_to_cli_render(staged_cluster, cli_rend
 def test_compute_node_idle_with_its_gpus(staged_cluster, host):
     _need_converged(staged_cluster)
     group = STAGED_SPEC.group(PLAN_GROUP[host])
-    want_gres = f"gpu:{gres_type(STAGED_SPEC, group)}:{group.gpus_per_node}"
+    want_gres = f"gpu:{STAGED_SPEC.parts.gpus[group.gpu].slurm_type}:{group.gpus_per_node}"
     res = staged_cluster.ssh(CONTROLLER, f"sinfo --noheader --Node --node {host} --format '%N|%t|%G'", check=True)
     fields = res.stdout.strip().split("|")
     state, gres = (fields[1], fields[2]) if len(fields) == 3 else ("?", "?")
@@ -135,7 +134,7 @@ def _parse_topology(text: str) -> dict[str, dict]:
 
 
 def _planned_topology() -> dict[str, dict]:
-    switches = {s.name: s for s in PLAN.slurm_switches}
+    switches = {s.name: s for s in slurm_switches(PLAN)}
 
     def nodes_under(name: str) -> set[str]:
         s = switches[name]
@@ -143,7 +142,7 @@ def _planned_topology() -> dict[str, dict]:
         return own.union(*(nodes_under(c) for c in s.switches)) if s.switches else own
 
     return {s.name: {"level": s.level, "nodes": nodes_under(s.name), "switches": set(s.switches)}
-            for s in PLAN.slurm_switches}
+            for s in slurm_switches(PLAN)}
 
 
 def test_scontrol_topology_equals_the_plan(staged_cluster):

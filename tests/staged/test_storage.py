@@ -29,9 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpucluster.fabric import plan_cluster
-from gpucluster.inventory.writer import inventory_data
-from gpucluster.spec import load_spec
+from gpucluster.cluster import load_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "examples" / "staging.yaml"
@@ -44,16 +42,16 @@ SKIP_DIR = "/var/lib/gpucluster/skipped"
 
 @functools.cache
 def _spec_and_plan(path: Path = SPEC):
-    spec = load_spec(path).spec
-    return spec, plan_cluster(spec)
+    cluster = load_cluster(path)
+    return cluster.spec, cluster.plan
 
 
 @functools.cache
 def expected_groups(path: Path = SPEC) -> dict[str, list[str]]:
-    """Contract groups -> hosts, from the same writer that writes the staged inventory."""
-    spec, plan = _spec_and_plan(path)
-    children = inventory_data(spec, plan)["all"]["children"]
-    return {name: list((g.get("hosts") or {}).keys()) for name, g in children.items()}
+    """Contract groups (and nodegroup_<name>) -> hosts, from the compiled cluster the inventory writer reads."""
+    cluster = load_cluster(path)
+    groups = {f"nodegroup_{g.name.replace('-', '_')}": list(g.hosts) for g in cluster.spec.node_groups}
+    return {**groups, **cluster.contract_groups}
 
 
 def spec_storage(path: Path = SPEC):

@@ -20,16 +20,16 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.fabric import plan_cluster
-from gpucluster.spec import load_spec
+from gpucluster.cluster import load_cluster
+from gpucluster.render.topology import slurm_switches
 from gpucluster.validate.expect import profile_differences
 from gpucluster.validate.report import parse_junit
 
 pytestmark = pytest.mark.staged
 
 SPEC = Path(__file__).resolve().parents[2] / "examples" / "staging.yaml"
-_SPEC = load_spec(SPEC).spec
-_PLAN = plan_cluster(_SPEC)
+_CLUSTER = load_cluster(SPEC)
+_SPEC, _PLAN = _CLUSTER.spec, _CLUSTER.plan
 ALL_HOSTS = sorted(h for g in _SPEC.node_groups for h in g.hosts)
 COMPUTE = [h for g in _SPEC.groups_with_role("compute") for h in g.hosts]
 CONTROLLER = _SPEC.groups_with_role("controller")[0].hosts[0]
@@ -99,7 +99,7 @@ def test_full_suite_passes_on_the_staged_cluster(staged_cluster, tmp_path):
             assert (test, h) in passed, f"{test} did not pass on {h}"
     assert ("test_foreign_munge_key_cannot_register", COMPUTE[0]) in passed
     switches = {r.item for r in results if r.test == "test_topology_switch" and r.outcome == "passed"}
-    assert switches == {s.name for s in _PLAN.slurm_switches}
+    assert switches == {s.name for s in slurm_switches(_PLAN)}
     # hardware checks skip, each with its reason
     for r in results:
         if r.group in ("gpu_nvidia", "gpu_amd") and r.test.startswith(("test_gpu_", "test_nccl_all_reduce")):

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from gpucluster.errors import UsageError
+from gpucluster.paths import ansible_dir
 
 Log = Callable[[str], None]
 
@@ -71,14 +72,9 @@ class ConfigureResult:
 
 
 def project_dir(given: str | os.PathLike | None = None) -> Path:
-    """The folder holding ansible.cfg, playbooks/ and roles/: --project-dir, $GPUCLUSTER_ANSIBLE_DIR,
-    the checkout this package runs from, or the current folder."""
-    candidates = [given, os.environ.get("GPUCLUSTER_ANSIBLE_DIR"), Path(__file__).resolve().parents[3], Path.cwd()]
-    for c in candidates:
-        if c and (Path(c) / "playbooks" / "site.yml").is_file() and (Path(c) / "ansible.cfg").is_file():
-            return Path(c).resolve()
-    raise UsageError("cannot find playbooks/site.yml and ansible.cfg; run from the gpucluster checkout or pass "
-                     "--project-dir (or set GPUCLUSTER_ANSIBLE_DIR)")
+    """The folder holding ansible.cfg, playbooks/ and roles/ (gpucluster.paths: --project-dir,
+    $GPUCLUSTER_HOME, the checkout this package runs from, or the current folder)."""
+    return ansible_dir(given)
 
 
 def inventory_file(inventory: str | os.PathLike) -> Path:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import pulumi
 
+from gpucluster.cluster import Cluster as Compiled
 from gpucluster.deploy import nodes as nodes_mod
 from gpucluster.deploy.enroll import node_entry
 from gpucluster.deploy.outputs import SLURM_FILES, file_hashes, inventory_args, inventory_json
@@ -23,7 +24,6 @@ from gpucluster.deploy.provider import ClusterSecret, NodeEnrollment
 from gpucluster.deploy.settings import DeploySettings
 from gpucluster.fabric import Plan
 from gpucluster.fabric.summary import plan_summary
-from gpucluster.spec.model import LoadedSpec
 from gpucluster.spec.model import NodeGroup as SpecGroup
 
 PREFIX = "gpucluster:index"
@@ -135,16 +135,9 @@ class StorageTier(pulumi.ComponentResource):
 
 @dataclass(frozen=True)
 class ClusterArgs:
-    loaded: LoadedSpec
-    plan: Plan
+    cluster: Compiled  # the compiled spec and plan (gpucluster.cluster)
     settings: DeploySettings
     addresses: dict[str, tuple[str, int]]
-
-
-def _client_groups(spec, declared) -> tuple[str, ...]:
-    if declared is not None:
-        return tuple(declared)
-    return tuple(g.name for g in spec.node_groups if g.role in ("compute", "login"))
 
 
 class Cluster(pulumi.ComponentResource):
@@ -157,8 +150,8 @@ class Cluster(pulumi.ComponentResource):
         super().__init__(f"{PREFIX}:Cluster", name, None, opts)
         from gpucluster.render import render_all
 
-        loaded, plan, st = args.loaded, args.plan, args.settings
-        spec = loaded.spec
+        compiled, st = args.cluster, args.settings
+        loaded, plan, spec = compiled.loaded, compiled.plan, compiled.spec
         child = pulumi.ResourceOptions(parent=self)
         ssh = SshArgs(user=st.ssh_user, known_hosts=st.known_hosts, key_path=st.ssh_key_path,
                       key_text=st.ssh_private_key, timeout=st.ssh_timeout)
@@ -166,7 +159,7 @@ class Cluster(pulumi.ComponentResource):
         self.node_groups = {
             g.name: NodeGroup(g.name, NodeGroupArgs(
                 group=g, cluster=spec.name, target=st.target, spec_path=str(loaded.source), owner=owner,
-                expect=nodes_mod.expectation(loaded, plan, g, st.target).as_dict(),
+                expect=nodes_mod.expectation(compiled, g, st.target).as_dict(),
                 batches=nodes_mod.batches(g, st.enroll_batch), addresses=args.addresses, ssh=ssh,
                 parallel=st.enroll_parallel,
             ), child)
@@ -174,17 +167,17 @@ class Cluster(pulumi.ComponentResource):
         }
         self.fabric = Fabric("fabric", plan, child)
         summary = plan_summary(plan)
-        self.storage = self._storage(spec, summary, child)
+        self.storage = self._storage(compiled, summary, child)
 
         enrolled = pulumi.Output.all(*[ng.enrolled for ng in self.node_groups.values()])
-        connection, extra = inventory_args(loaded, target=st.target, stack=st.stack, addresses=args.addresses,
+        connection, extra = inventory_args(compiled, target=st.target, stack=st.stack, addresses=args.addresses,
                                            ssh_user=st.ssh_user, ssh_key_path=st.ssh_key_path,
                                            known_hosts=st.known_hosts, stage_dir=st.stage_dir)
-        text = inventory_json(spec, plan, connection, extra)
+        text = inventory_json(compiled, connection, extra)
         # The inventory is known once every node is enrolled: Ansible never sees an unchecked node.
         self.inventory = enrolled.apply(lambda _: text)
         self.plan = pulumi.Output.from_input(summary)
-        rendered = file_hashes(render_all(spec, plan, cabling=False))
+        rendered = file_hashes(render_all(compiled, cabling=False))
         self.rendered_files = pulumi.Output.from_input(rendered)
         self.slurm_files = pulumi.Output.from_input({k: v for k, v in rendered.items() if k in SLURM_FILES})
         self.enrollment = pulumi.Output.all(**{n: ng.enrolled for n, ng in self.node_groups.items()})
@@ -208,9 +201,9 @@ class Cluster(pulumi.ComponentResource):
         self.secrets.append(res)
         return pulumi.Output.secret(res.value)
 
-    def _storage(self, spec, summary: dict, opts: pulumi.ResourceOptions) -> list[StorageTier]:
+    def _storage(self, compiled: Compiled, summary: dict, opts: pulumi.ResourceOptions) -> list[StorageTier]:
         tiers = []
-        st = spec.storage
+        st = compiled.spec.storage
 
         def enrolled(*groups: str) -> pulumi.Output:
             return pulumi.Output.all(*[self.node_groups[g].enrolled for g in dict.fromkeys(groups)]).apply(sum)
@@ -220,14 +213,14 @@ class Cluster(pulumi.ComponentResource):
             tiers.append(StorageTier(f"flash-{f.name}", StorageTierArgs(
                 kind="flash", name=f.name, summary=summary["storage"]["flash"],
                 server_groups=tuple(dict.fromkeys((f.metadata_group, f.chunk_group))),
-                client_groups=_client_groups(spec, f.client_groups), mounts=(f.mount,),
+                client_groups=compiled.client_groups(f.client_groups), mounts=(f.mount,),
                 servers=enrolled(f.metadata_group, f.chunk_group),
                 extra={"replicas": f.replicas, "nvmePerServer": f.nvme_per_server},
             ), opts))
         for n, entry in zip(st.nfs, summary["storage"]["nfs"], strict=True):
             tiers.append(StorageTier(f"nfs-{n.name}", StorageTierArgs(
                 kind="nfs", name=n.name, summary=entry, server_groups=(n.server_group,),
-                client_groups=_client_groups(spec, n.client_groups), mounts=tuple(e.mount for e in n.exports),
+                client_groups=compiled.client_groups(n.client_groups), mounts=tuple(e.mount for e in n.exports),
                 servers=enrolled(n.server_group),
                 extra={"exports": [{"path": e.path, "mount": e.mount, "options": e.options} for e in n.exports]},
             ), opts))

@@ -18,10 +18,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpucluster.cluster import Cluster
 from gpucluster.deploy.facts import Expectation
 from gpucluster.errors import UsageError, dotted
-from gpucluster.fabric import Plan
-from gpucluster.spec.model import LoadedSpec, NodeGroup
+from gpucluster.spec.model import NodeGroup
 
 TARGETS = ("on-prem", "staging")
 
@@ -56,8 +56,8 @@ def batches(group: NodeGroup, nodes_per_batch: int) -> list[Batch]:
             for i, first in enumerate(range(0, group.count, size))]
 
 
-def expectation(loaded: LoadedSpec, plan: Plan, group: NodeGroup, target: str) -> Expectation:
-    spec = loaded.spec
+def expectation(cluster: Cluster, group: NodeGroup, target: str) -> Expectation:
+    loaded, spec = cluster.loaded, cluster.spec
     gi = spec.node_groups.index(group)
     base = ("node_groups", gi)
     gpu = spec.parts.gpus.get(group.gpu) if group.gpu and group.gpus_per_node else None
@@ -88,7 +88,7 @@ def expectation(loaded: LoadedSpec, plan: Plan, group: NodeGroup, target: str) -
         gpus=group.gpus_per_node if gpu else 0,
         gpu_vendor=gpu.vendor if gpu else None,
         gpu_type=gpu.slurm_type if gpu else None,
-        hcas=tuple(plan.hcas(group)) if on_fabric else (),
+        hcas=tuple(cluster.hcas(group)) if on_fabric else (),
         link_layer=("InfiniBand" if spec.fabric.type == "infiniband" else "Ethernet") if on_fabric else None,
         stand_in_nics=staged,
         nics=group.nics_per_node if on_fabric else 0,
@@ -109,11 +109,11 @@ def staged_ports(stage_dir: Path) -> dict[str, int]:
         raise UsageError(f"{path}: not a stage state file ({exc})") from None
 
 
-def addresses(loaded: LoadedSpec, target: str, *, host_domain: str | None = None, ssh_port: int = 22,
+def addresses(cluster: Cluster, target: str, *, host_domain: str | None = None, ssh_port: int = 22,
               stage_dir: Path | None = None) -> dict[str, tuple[str, int]]:
     """host -> (address, port) for every node of the spec."""
-    spec = loaded.spec
-    hosts = [h for g in spec.node_groups for h in g.hosts]
+    spec = cluster.spec
+    hosts = cluster.hosts
     if target == "staging":
         if stage_dir is None:
             raise UsageError("target staging needs gpucluster:stageDir")
@@ -122,7 +122,7 @@ def addresses(loaded: LoadedSpec, target: str, *, host_domain: str | None = None
         if missing:
             raise UsageError(f"{len(missing)} node(s) of {spec.name} are not staged in {stage_dir} "
                              f"({', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}); "
-                             f"run gpucluster stage up {loaded.source}")
+                             f"run gpucluster stage up {cluster.source}")
         return {h: ("127.0.0.1", ports[h]) for h in hosts}
     if target != "on-prem":
         raise UsageError(f"gpucluster:target is {target!r}; use one of {', '.join(TARGETS)}")

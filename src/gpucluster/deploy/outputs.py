@@ -16,10 +16,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from gpucluster.cluster import Cluster
 from gpucluster.errors import UsageError
-from gpucluster.fabric import Plan
 from gpucluster.inventory.writer import write_inventory_data
-from gpucluster.spec.model import ClusterSpec, LoadedSpec
+from gpucluster.paths import pulumi_project
 
 SLURM_FILES = ("slurm.conf", "topology.conf", "gres.conf", "cgroup.conf")
 INSTALL_HINT = ("install the Pulumi CLI (https://www.pulumi.com/docs/install/: curl -fsSL https://get.pulumi.com | sh, "
@@ -30,15 +30,15 @@ SECRET_VARS = ("munge_key_b64", "slurm_dbd_password")
 # ---------------------------------------------------------------- building
 
 
-def inventory_args(loaded: LoadedSpec, *, target: str, stack: str, addresses: dict[str, tuple[str, int]],
+def inventory_args(cluster: Cluster, *, target: str, stack: str, addresses: dict[str, tuple[str, int]],
                    ssh_user: str, ssh_key_path: str | None, known_hosts: str,
                    stage_dir: Path | None = None) -> tuple[dict[str, dict], dict]:
     """(connection, extra_vars) for the inventory writer: how Ansible reaches the nodes the stack enrolled,
     with the same key, user and known_hosts the enrollment used."""
-    extra: dict = {"gpucluster_spec": str(Path(loaded.source).resolve()), "gpucluster_pulumi_stack": stack}
+    extra: dict = {"gpucluster_spec": str(cluster.source.resolve()), "gpucluster_pulumi_stack": stack}
     if target == "staging":
         # the same connection variables and staged-cluster variables `gpucluster stage up` writes
-        from gpucluster.stage.cli import connection_vars
+        from gpucluster.stage.lifecycle import connection_vars
         from gpucluster.stage.podman import StagedCluster
 
         assert stage_dir is not None
@@ -65,7 +65,7 @@ def inventory_args(loaded: LoadedSpec, *, target: str, stack: str, addresses: di
     return connection, extra
 
 
-def inventory_json(spec: ClusterSpec, plan: Plan, connection: dict[str, dict], extra_vars: dict) -> str:
+def inventory_json(cluster: Cluster, connection: dict[str, dict], extra_vars: dict) -> str:
     """The inventory contract's data (`inventory_data`, the writer's own function) as one JSON string.
 
     A string, not a nested output: the SDK serialises nested outputs value by value (minutes for a
@@ -75,7 +75,7 @@ def inventory_json(spec: ClusterSpec, plan: Plan, connection: dict[str, dict], e
     (`pulumi stack output inventory > hosts.json`)."""
     from gpucluster.inventory import inventory_data
 
-    return json.dumps(inventory_data(spec, plan, connection, extra_vars), separators=(",", ":"))
+    return json.dumps(inventory_data(cluster, connection, extra_vars), separators=(",", ":"))
 
 
 def file_hashes(files: dict) -> dict[str, str]:
@@ -106,8 +106,8 @@ def project_root(start: Path | None = None) -> Path:
     for d in (here, *here.parents):
         if (d / "Pulumi.yaml").is_file():
             return d
-    checkout = Path(__file__).resolve().parents[3]
-    if (checkout / "Pulumi.yaml").is_file():
+    checkout = pulumi_project()
+    if checkout is not None:
         return checkout
     raise UsageError("no Pulumi.yaml in this folder or above it: run this in the gpucluster checkout")
 

@@ -1,4 +1,4 @@
-"""The Pulumi program: config -> spec -> plan -> one Cluster component -> stack outputs.
+"""The Pulumi program: config -> compiled cluster (spec + plan) -> one Cluster component -> stack outputs.
 
 `stacks/__main__.py` calls `main()`; tests and the bench call `build()` under mocks with the same
 settings the config would give.
@@ -20,28 +20,16 @@ from gpucluster.errors import SpecError, UsageError
 OUTPUTS = ("cluster", "inventory", "plan", "slurmFiles", "renderedFiles", "enrollment", "drift", "ansibleSecrets")
 
 
-def load(path: Path):
-    """The spec (checked: syntax and meaning) and its plan; SpecError carries every finding."""
-    from gpucluster.errors import Finding
-    from gpucluster.fabric import PlanError, plan_cluster
-    from gpucluster.spec import load_spec
-
-    loaded = load_spec(path)
-    try:
-        return loaded, plan_cluster(loaded.spec)
-    except PlanError as exc:  # load_spec's checks ran the planner already; kept for a clear message
-        raise SpecError([Finding(f.path, f.message, f.fix, f.rule, f.level, str(loaded.source),
-                                 loaded.line(f.path)) for f in exc.findings]) from None
-
-
 def build(st: settings_mod.DeploySettings) -> Cluster:
-    """Load the spec once, plan it, and build the cluster's component tree. Exports the outputs."""
-    loaded, plan = load(st.spec)
-    st = st.for_cluster(loaded.spec.name)
-    addresses = nodes.addresses(loaded, st.target, host_domain=st.host_domain, ssh_port=st.ssh_port,
+    """Load the spec once (gpucluster.cluster), and build the cluster's component tree. Exports the outputs."""
+    from gpucluster.cluster import load_cluster
+
+    compiled = load_cluster(st.spec)
+    st = st.for_cluster(compiled.name)
+    addresses = nodes.addresses(compiled, st.target, host_domain=st.host_domain, ssh_port=st.ssh_port,
                                 stage_dir=st.stage_dir)
-    cluster = Cluster(loaded.spec.name, ClusterArgs(loaded=loaded, plan=plan, settings=st, addresses=addresses))
-    pulumi.export("cluster", loaded.spec.name)
+    cluster = Cluster(compiled.name, ClusterArgs(cluster=compiled, settings=st, addresses=addresses))
+    pulumi.export("cluster", compiled.name)
     pulumi.export("inventory", cluster.inventory)
     pulumi.export("plan", cluster.plan)
     pulumi.export("slurmFiles", cluster.slurm_files)

@@ -16,15 +16,6 @@ import tempfile
 from pathlib import Path
 
 
-def _render(spec: str, outdir: Path) -> Path:
-    from gpucluster.cli import _load
-    from gpucluster.render import render_all, write_outputs
-
-    loaded, plan = _load(spec)
-    write_outputs(render_all(loaded.spec, plan, cabling=False), outdir)
-    return outdir
-
-
 def _sigterm(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt  # unwinds through the context managers, which stop the daemons
 
@@ -32,12 +23,13 @@ def _sigterm(_signum: int, _frame: object) -> None:
 def cmd_emulate(args: argparse.Namespace) -> int:
     from gpucluster.emulate.emulator import emulate
     from gpucluster.emulate.harness import SlurmStartError
+    from gpucluster.emulate.specs import render_spec
     from gpucluster.errors import UsageError
 
     signal.signal(signal.SIGTERM, _sigterm)
     src = Path(args.spec)
     with tempfile.TemporaryDirectory(prefix="gpucluster-render-") as tmp:
-        conf_dir = src if src.is_dir() else _render(args.spec, Path(tmp))
+        conf_dir = src if src.is_dir() else render_spec(src, Path(tmp)).conf_dir
         if not (conf_dir / "slurm.conf").is_file():
             raise UsageError(f"{conf_dir}: no slurm.conf; give a spec YAML or a `gpucluster render` folder")
         overrides = {"TopologyPlugin": "topology/none"} if args.flat else None

@@ -15,12 +15,11 @@ from typing import Any
 
 import yaml
 
-from gpucluster.fabric import Plan, plan_cluster
+from gpucluster.cluster import load_cluster
+from gpucluster.fabric import Plan
+from gpucluster.paths import examples_dir
 from gpucluster.render import render_all, write_outputs
-from gpucluster.spec import load_spec
 from gpucluster.spec.model import ClusterSpec
-
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def scaled_spec(
@@ -34,7 +33,7 @@ def scaled_spec(
     """YAML text of ``example`` with node group counts (by group name) and fabric/slurm fields replaced."""
     path = Path(example)
     if not path.exists():
-        path = EXAMPLES / f"{example}.yaml"
+        path = examples_dir() / f"{example}.yaml"
     data = yaml.safe_load(path.read_text())
     groups = {g["name"]: g for g in data["node_groups"]}
     for group, count in counts.items():
@@ -59,10 +58,9 @@ class Rendered:
 
 def render_spec(spec_path: Path, outdir: Path, *, cabling: bool = False) -> Rendered:
     t0 = time.perf_counter()
-    loaded = load_spec(spec_path)
-    plan = plan_cluster(loaded.spec)
-    sizes = write_outputs(render_all(loaded.spec, plan, cabling=cabling), outdir)
-    return Rendered(loaded.spec, plan, outdir, sizes, time.perf_counter() - t0)
+    cluster = load_cluster(spec_path)
+    sizes = write_outputs(render_all(cluster, cabling=cabling), outdir)
+    return Rendered(cluster.spec, cluster.plan, outdir, sizes, time.perf_counter() - t0)
 
 
 def write_and_render(yaml_text: str, workdir: Path, stem: str) -> Rendered:

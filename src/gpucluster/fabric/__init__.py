@@ -1,5 +1,6 @@
-"""Fabric planning: switches per tier, links, oversubscription, racks, cabling."""
+"""Fabric planning: switches per tier, links, oversubscription, racks, cabling. Neutral: no Slurm words
+(render/topology.py translates units and pods into Slurm's tree, block or yaml topology)."""
 
-from gpucluster.fabric.plan import Plan, PlanError, SlurmSwitch, TierPlan, Unit, plan_cluster
+from gpucluster.fabric.plan import Plan, PlanError, TierPlan, Unit, plan_cluster
 
-__all__ = ["Plan", "PlanError", "SlurmSwitch", "TierPlan", "Unit", "plan_cluster"]
+__all__ = ["Plan", "PlanError", "TierPlan", "Unit", "plan_cluster"]

@@ -55,14 +55,6 @@ class TierPlan:
         return f"{value:g}:1" if value == round(value, 2) else f"{value:.2f}:1"
 
 
-@dataclass(frozen=True)
-class SlurmSwitch:
-    name: str
-    level: int
-    nodes: tuple[str, ...] = ()  # hostlist expressions
-    switches: tuple[str, ...] = ()
-
-
 @dataclass
 class Plan:
     spec: ClusterSpec
@@ -162,19 +154,12 @@ class Plan:
     def root_name(self) -> str:
         return "core" if self.tiers == 3 else "spine"
 
-    @cached_property
-    def slurm_switches(self) -> list[SlurmSwitch]:
-        """topology.conf: a logical leaf per unit, a switch per pod (3 tiers), one root."""
-        leaves = [SlurmSwitch(u.name, 0, nodes=(self.unit_hostlist(u),)) for u in self.units]
-        if self.tiers == 3:
-            pods = []
-            for p in range(self.pods):
-                members = tuple(u.name for u in self.units if u.pod == p)
-                if members:
-                    pods.append(SlurmSwitch(f"pod{p + 1:03d}", 1, switches=members))
-            root = SlurmSwitch(self.root_name, 2, switches=tuple(s.name for s in pods))
-            return [*leaves, *pods, root]
-        return [*leaves, SlurmSwitch(self.root_name, 1, switches=tuple(u.name for u in self.units))]
+    @property
+    def logical_switches(self) -> int:
+        """Switches of the logical topology a scheduler sees: one per unit, one per (non-empty) pod with
+        3 tiers, one root. render/topology.py writes them out for Slurm."""
+        pods = len({u.pod for u in self.units}) if self.tiers == 3 else 0
+        return len(self.units) + pods + 1
 
 
 # ---- planning ---------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ def plan_summary(plan: Plan) -> dict:
                   "kind": "scalable unit" if plan.design == "rail-optimized" else "leaf"},
         "pods": plan.pods if plan.tiers == 3 else 0,
         "racks": plan.rack_count,
-        "slurm_switches": len(plan.slurm_switches),
+        "slurm_switches": plan.logical_switches,
         "storage": storage,
         "warnings": [w.message for w in plan.warnings],
     }

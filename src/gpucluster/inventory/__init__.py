@@ -3,5 +3,5 @@
 from gpucluster._lazy import lazy_exports
 
 __all__, __getattr__ = lazy_exports(__name__, {
-    ".writer": ("GROUPS", "host_vars", "inventory_data", "write_inventory", "write_inventory_data"),
+    ".writer": ("GROUPS", "inventory_data", "write_inventory", "write_inventory_data"),
 })

@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def cmd_inventory(args: argparse.Namespace) -> int:
-    from gpucluster.cli import _load
+    from gpucluster.cluster import load_cluster
     from gpucluster.inventory import write_inventory
 
     if args.pulumi_stack:
@@ -19,8 +19,7 @@ def cmd_inventory(args: argparse.Namespace) -> int:
             from gpucluster.errors import UsageError
 
             raise UsageError("give a SPEC, or --pulumi-stack NAME to read the inventory a stack exported")
-        loaded, plan = _load(args.spec)
-        path = write_inventory(Path(args.output), loaded.spec, plan,
+        path = write_inventory(Path(args.output), load_cluster(args.spec),
                                extra_vars={"gpucluster_spec": str(Path(args.spec).resolve())})
     print(f"wrote {path}")
     return 0

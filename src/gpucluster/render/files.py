@@ -11,59 +11,59 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from gpucluster.cluster import Cluster
 from gpucluster.errors import UsageError
-from gpucluster.fabric import Plan
 from gpucluster.fabric.cabling import CABLING_HEADER, bom_rows, cabling_rows
 from gpucluster.fabric.summary import plan_summary
 from gpucluster.render.nccl import gpu_environment, nccl_settings
 from gpucluster.render.slurm import slurm_context
 from gpucluster.render.templating import environment
-from gpucluster.spec.model import ClusterSpec, NodeGroup
+from gpucluster.spec.model import NodeGroup
 
 # A value is text, or a function yielding text chunks (for outputs too big to hold twice in memory).
 Output = str | Callable[[], Iterable[str]]
 
 
-def render_slurm(spec: ClusterSpec, plan: Plan) -> dict[str, str]:
+def render_slurm(cluster: Cluster) -> dict[str, str]:
     env = environment()
-    ctx = slurm_context(spec, plan)
+    ctx = slurm_context(cluster)
     out = {
         "slurm.conf": env.get_template("slurm/slurm.conf.j2").render(ctx),
         "gres.conf": env.get_template("slurm/gres.conf.j2").render(ctx),
         "cgroup.conf": env.get_template("slurm/cgroup.conf.j2").render(ctx),
     }
-    if spec.slurm.topology != "none":
+    if cluster.spec.slurm.topology != "none":
         out["topology.conf"] = env.get_template("slurm/topology.conf.j2").render(ctx)
     return out
 
 
-def _nccl_for(spec: ClusterSpec, plan: Plan, group: NodeGroup) -> tuple[str, str]:
+def _nccl_for(cluster: Cluster, group: NodeGroup) -> tuple[str, str]:
     env = environment()
-    ctx = {"spec": spec, "group": group, "settings": nccl_settings(spec, plan, group),
-           "environment": gpu_environment(spec, group),
-           "vendor": spec.parts.gpus[group.gpu].vendor}
+    ctx = {"spec": cluster.spec, "group": group, "settings": nccl_settings(cluster, group),
+           "environment": gpu_environment(cluster, group), "vendor": cluster.gpu_vendor(group)}
     return (env.get_template("nccl/nccl.conf.j2").render(ctx), env.get_template("nccl/nccl-env.sh.j2").render(ctx))
 
 
-def nccl_file_for(spec: ClusterSpec, plan: Plan, group: NodeGroup) -> tuple[str, str]:
+def nccl_texts(cluster: Cluster) -> dict[str, tuple[str, str, str, str]]:
+    """Per GPU compute group: (nccl.conf name, env script name, their texts). One shared pair of names
+    when every group renders the same text, else one pair per group."""
+    rendered = {g.name: _nccl_for(cluster, g) for g in cluster.spec.gpu_groups if g.role == "compute"}
+    shared = len(set(rendered.values())) <= 1
+    return {name: (("nccl.conf", "nccl-env.sh") if shared else (f"nccl.{name}.conf", f"nccl-env.{name}.sh")) + texts
+            for name, texts in rendered.items()}
+
+
+def nccl_file_for(cluster: Cluster, group: NodeGroup) -> tuple[str, str]:
     """(nccl.conf name, env script name) a node of this group takes from the render output."""
-    rendered = {g.name: _nccl_for(spec, plan, g) for g in spec.gpu_groups if g.role == "compute"}
-    if len(set(rendered.values())) <= 1:
-        return "nccl.conf", "nccl-env.sh"
-    return f"nccl.{group.name}.conf", f"nccl-env.{group.name}.sh"
+    conf, env, _c, _e = nccl_texts(cluster)[group.name]
+    return conf, env
 
 
-def render_nccl(spec: ClusterSpec, plan: Plan) -> dict[str, str]:
-    rendered = {g.name: _nccl_for(spec, plan, g) for g in spec.gpu_groups if g.role == "compute"}
-    if not rendered:
-        return {}
-    if len(set(rendered.values())) == 1:
-        conf, env = next(iter(rendered.values()))
-        return {"nccl.conf": conf, "nccl-env.sh": env}
+def render_nccl(cluster: Cluster) -> dict[str, str]:
     out = {}
-    for name, (conf, env) in rendered.items():
-        out[f"nccl.{name}.conf"] = conf
-        out[f"nccl-env.{name}.sh"] = env
+    for conf_name, env_name, conf, env in nccl_texts(cluster).values():
+        out[conf_name] = conf
+        out[env_name] = env
     return out
 
 
@@ -73,11 +73,12 @@ def _csv(rows: list[list]) -> str:
     return buf.getvalue()
 
 
-def render_all(spec: ClusterSpec, plan: Plan, *, cabling: bool = True) -> dict[str, Output]:
+def render_all(cluster: Cluster, *, cabling: bool = True) -> dict[str, Output]:
     """Every file `gpucluster render` writes, by name. Config files come from templates/ only."""
+    plan = cluster.plan
     out: dict[str, Output] = {}
-    out.update(render_slurm(spec, plan))
-    out.update(render_nccl(spec, plan))
+    out.update(render_slurm(cluster))
+    out.update(render_nccl(cluster))
     out["bom.csv"] = _csv(bom_rows(plan))
     out["plan.json"] = json.dumps(plan_summary(plan), indent=2) + "\n"
     if cabling:

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from gpucluster.fabric import Plan
-from gpucluster.spec.model import ClusterSpec, NodeGroup
+from gpucluster.cluster import Cluster
+from gpucluster.spec.model import NodeGroup
 
 
-def nccl_settings(spec: ClusterSpec, plan: Plan, group: NodeGroup) -> dict[str, str]:
+def nccl_settings(cluster: Cluster, group: NodeGroup) -> dict[str, str]:
     """NCCL_* variables, in the order they are written to nccl.conf."""
-    fab = spec.fabric
-    vendor = spec.parts.gpus[group.gpu].vendor
+    fab = cluster.spec.fabric
+    plan = cluster.plan
+    vendor = cluster.gpu_vendor(group)
     out: dict[str, str] = {}
     if group.nics_per_node:
         # '=' makes the names exact: without it mlx5_1 would also match mlx5_10.
-        out["NCCL_IB_HCA"] = "=" + ",".join(plan.hcas(group))
+        out["NCCL_IB_HCA"] = "=" + ",".join(cluster.hcas(group))
     out["NCCL_SOCKET_IFNAME"] = fab.management_interface
     if fab.type == "roce":
         if fab.roce.gid_index is not None:
@@ -31,8 +32,8 @@ def nccl_settings(spec: ClusterSpec, plan: Plan, group: NodeGroup) -> dict[str, 
     return out
 
 
-def gpu_environment(spec: ClusterSpec, group: NodeGroup) -> dict[str, str]:
+def gpu_environment(cluster: Cluster, group: NodeGroup) -> dict[str, str]:
     """Variables beyond NCCL's own that jobs on this group need (written to a profile script)."""
-    if spec.parts.gpus[group.gpu].vendor == "amd":
+    if cluster.gpu_vendor(group) == "amd":
         return {"HSA_FORCE_FINE_GRAIN_PCIE": "1"}
     return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}

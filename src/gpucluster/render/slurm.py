@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpucluster.fabric import Plan
-from gpucluster.spec.model import ClusterSpec, NodeGroup
+from gpucluster.cluster import Cluster
+from gpucluster.render.topology import blocks, slurm_switches
 
 STATE_DIR = "/var/lib/slurm/slurmctld"
 SPOOL_DIR = "/var/lib/slurm/slurmd"
@@ -43,36 +43,18 @@ def scale_for(nodes: int) -> Scale:
     )
 
 
-def gres_type(spec: ClusterSpec, group: NodeGroup) -> str:
-    return spec.parts.gpus[group.gpu].slurm_type
-
-
-def gres_detect(spec: ClusterSpec, group: NodeGroup) -> str:
-    if group.gres_detect != "auto":
-        return group.gres_detect
-    return "nvml" if spec.parts.gpus[group.gpu].vendor == "nvidia" else "rsmi"
-
-
-def gpu_files(spec: ClusterSpec, group: NodeGroup) -> str:
-    n = group.gpus_per_node
-    if spec.parts.gpus[group.gpu].vendor == "amd":
-        return f"/dev/dri/renderD[128-{127 + n}]" if n > 1 else "/dev/dri/renderD128"
-    return f"/dev/nvidia[0-{n - 1}]" if n > 1 else "/dev/nvidia0"
-
-
-def slurm_context(spec: ClusterSpec, plan: Plan) -> dict:
+def slurm_context(cluster: Cluster) -> dict:
+    spec, plan = cluster.spec, cluster.plan
     compute = spec.groups_with_role("compute")
-    controllers = [h for g in spec.groups_with_role("controller") for h in g.hosts]
     nodes = sum(g.count for g in compute)
     staging = spec.slurm.profile == "staging"
     node_lines = []
     for g in compute:
-        gres = f"gpu:{gres_type(spec, g)}:{g.gpus_per_node}" if g.gpu else ""
         node_lines.append({
-            "hosts": g.hostlist, "group": g, "gres": gres,
+            "hosts": g.hostlist, "group": g, "gres": cluster.gres(g),
             "real_memory": g.memory_gb * 1024,
             # a group named after its GPU (h100) would otherwise list the feature twice
-            "features": ",".join(dict.fromkeys([g.name, *([gres_type(spec, g)] if g.gpu else []), *g.features])),
+            "features": ",".join(dict.fromkeys([g.name, *([cluster.gres_type(g)] if g.gpu else []), *g.features])),
         })
     partitions = [
         {"p": p, "nodes": ",".join(spec.group(name).hostlist for name in p.groups)}
@@ -81,7 +63,7 @@ def slurm_context(spec: ClusterSpec, plan: Plan) -> dict:
     return {
         "spec": spec,
         "plan": plan,
-        "controllers": controllers,
+        "controllers": cluster.controllers,
         "scale": scale_for(nodes),
         "node_lines": node_lines,
         "partitions": partitions,
@@ -93,17 +75,9 @@ def slurm_context(spec: ClusterSpec, plan: Plan) -> dict:
         "log_dir": LOG_DIR,
         "version": spec.slurm.version_tuple,
         "gres_groups": [
-            {"group": g, "type": gres_type(spec, g), "detect": gres_detect(spec, g), "files": gpu_files(spec, g)}
+            {"group": g, "type": cluster.gres_type(g), "detect": cluster.gres_detect(g), "files": cluster.gpu_files(g)}
             for g in compute if g.gpu
         ],
-        "blocks": _blocks(plan) if spec.slurm.topology == "block" else None,
+        "switches": slurm_switches(plan) if spec.slurm.topology == "tree" else None,
+        "blocks": blocks(plan) if spec.slurm.topology == "block" else None,
     }
-
-
-def _blocks(plan: Plan) -> dict:
-    """topology/block: a block per unit; aggregate sizes up to a pod (BlockSizes needs 24.05+)."""
-    base = min(u.count for u in plan.units)
-    sizes = [base]
-    while sizes[-1] * 2 <= base * plan.units_per_pod and len(sizes) < 8:
-        sizes.append(sizes[-1] * 2)
-    return {"units": plan.units, "sizes": ",".join(map(str, sizes))}

@@ -6,27 +6,12 @@ from collections import Counter
 from collections.abc import Iterator
 
 from gpucluster.errors import Finding, did_you_mean
-from gpucluster.spec.model import ClusterSpec, LoadedSpec
+from gpucluster.spec.model import ClusterSpec
 
 SLURM_OLDEST, SLURM_NEWEST = (20, 11), (25, 11)
 BLOCK_SINCE = (23, 11)
 RESERVED_MOUNTS = ("/", "/etc", "/usr", "/bin", "/sbin", "/lib", "/proc", "/sys", "/dev", "/boot", "/run",
                    "/var", "/tmp")
-
-
-def check_meaning(loaded: LoadedSpec) -> list[Finding]:
-    """Every finding of meaning, located in the file; planner findings included."""
-    spec = loaded.spec
-    found = list(_rules(spec))
-    if not any(f.level == "error" for f in found):
-        from gpucluster.fabric import PlanError, plan_cluster
-
-        try:
-            found.extend(plan_cluster(spec).warnings)
-        except PlanError as exc:
-            found.extend(exc.findings)
-    name = str(loaded.source)
-    return [Finding(f.path, f.message, f.fix, f.rule, f.level, name, loaded.line(f.path)) for f in found]
 
 
 def check_rules(spec: ClusterSpec) -> Iterator[Finding]:

@@ -22,8 +22,9 @@ MAX_BYTES = 4 * 1024 * 1024
 MAX_VALUES = 200_000  # keys, items and scalars after alias expansion; the largest example has ~400
 
 
-def load_spec(path: str | Path, *, check: bool = True) -> LoadedSpec:
-    """Parse, validate syntax, then meaning. Raises SpecError with every finding."""
+def load_spec(path: str | Path) -> LoadedSpec:
+    """Parse and validate the syntax layer (types, ranges, keys). Raises SpecError with every finding.
+    The meaning and the plan come from `gpucluster.cluster.load_cluster`, which calls this once."""
     path = Path(path)
     name = str(path)
     try:
@@ -42,14 +43,7 @@ def load_spec(path: str | Path, *, check: bool = True) -> LoadedSpec:
     data, lines, findings = parse_yaml(text, name)
     if findings:
         raise SpecError(findings)
-    loaded = validate_data(data, lines, path)
-    if check:
-        from gpucluster.spec.checks import check_meaning
-
-        problems = [f for f in check_meaning(loaded) if f.level == "error"]
-        if problems:
-            raise SpecError(problems)
-    return loaded
+    return validate_data(data, lines, path)
 
 
 def parse_yaml(text: str, name: str) -> tuple[Any, dict[tuple, int], list[Finding]]:

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import hostlist
 
+from gpucluster.cluster import Cluster
 from gpucluster.errors import UsageError
+from gpucluster.render.topology import slurm_switches
 from gpucluster.validate.inventory import Inventory
 from gpucluster.validate.thresholds import Threshold, as_dict, threshold_for
 
@@ -49,22 +51,6 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def unit_name(path: str, suffix: str = "mount") -> str:
-    """systemd's unit name for a path (`systemd-escape --path --suffix=SUFFIX`)."""
-    trimmed = "/".join(p for p in str(path).split("/") if p)
-    if not trimmed:
-        return f"-.{suffix}"
-    out = []
-    for i, ch in enumerate(trimmed):
-        if ch == "/":
-            out.append("-")
-        elif ch.isascii() and (ch.isalnum() or ch in ":_" or (ch == "." and i > 0)):
-            out.append(ch)
-        else:
-            out.extend(f"\\x{b:02x}" for b in ch.encode())
-    return "".join(out) + f".{suffix}"
-
-
 def conf_keys(text: str) -> dict[str, str]:
     """Top-level Key=Value lines of a rendered slurm.conf (node and partition lines excluded)."""
     out = {}
@@ -75,15 +61,17 @@ def conf_keys(text: str) -> dict[str, str]:
     return out
 
 
-def profile_differences(spec, plan) -> list[dict]:
+def profile_differences(cluster: Cluster) -> list[dict]:
     """slurm.conf settings where the spec's profile differs from production, from the renderer itself."""
     from gpucluster.render.files import render_slurm
 
+    spec = cluster.spec
     if spec.slurm.profile == "production":
         return []
     prod_spec = spec.model_copy(update={"slurm": spec.slurm.model_copy(update={"profile": "production"})})
-    actual = conf_keys(render_slurm(spec, plan)["slurm.conf"])
-    prod = conf_keys(render_slurm(prod_spec, plan)["slurm.conf"])
+    prod_cluster = Cluster(cluster.loaded.model_copy(update={"spec": prod_spec}), cluster.plan)
+    actual = conf_keys(render_slurm(cluster)["slurm.conf"])
+    prod = conf_keys(render_slurm(prod_cluster)["slurm.conf"])
     return [{"key": k, "production": prod.get(k), "rendered": actual.get(k)}
             for k in sorted(set(actual) | set(prod)) if actual.get(k) != prod.get(k)]
 
@@ -106,9 +94,8 @@ def _read_secret_hash(path: Path) -> str | None:
 
 def build(inv: Inventory, opts: Options) -> dict:
     """The Expectations document. Raises UsageError when the inventory does not name its spec."""
-    from gpucluster.fabric import plan_cluster
+    from gpucluster.cluster import load_cluster
     from gpucluster.render import nccl_file_for, render_all
-    from gpucluster.spec import load_spec
 
     spec_path = inv.vars.get("gpucluster_spec")
     if not spec_path:
@@ -116,9 +103,9 @@ def build(inv: Inventory, opts: Options) -> dict:
                          "`gpucluster inventory SPEC -o DIR` or `gpucluster stage up SPEC`")
     if not Path(spec_path).is_file():
         raise UsageError(f"{inv.path}: gpucluster_spec points to {spec_path}, which does not exist")
-    spec = load_spec(spec_path).spec
-    plan = plan_cluster(spec)
-    rendered = render_all(spec, plan, cabling=False)
+    cluster = load_cluster(spec_path)
+    spec, plan = cluster.spec, cluster.plan
+    rendered = render_all(cluster, cabling=False)
     selected = inv.select(opts.limit)
 
     contract_groups = [g for g in inv.groups if not g.startswith("nodegroup_")]
@@ -145,9 +132,7 @@ def build(inv: Inventory, opts: Options) -> dict:
                             "slurm_type": gpu.slurm_type, "memory_gb": gpu.memory_gb,
                             "threshold": as_dict(t)}
         if ng is not None and ng.nic and ng.nics_per_node:
-            nic = spec.parts.nics[ng.nic]
-            entry["nic"] = {"key": ng.nic, "name": nic.name,
-                            "speed_gbps": spec.fabric.link_speed_gbps or nic.speed_gbps}
+            entry["nic"] = {"key": ng.nic, "name": spec.parts.nics[ng.nic].name, "speed_gbps": cluster.nic_speed(ng)}
         hosts[name] = entry
 
     # Slurm: the files every Slurm host carries, hashed; expected node lines and the topology.
@@ -155,7 +140,7 @@ def build(inv: Inventory, opts: Options) -> dict:
                    if n in rendered}
     nodes = {}
     for g in spec.groups_with_role("compute"):
-        gres = f"gpu:{spec.parts.gpus[g.gpu].slurm_type}:{g.gpus_per_node}" if g.gpu and g.gpus_per_node else ""
+        gres = cluster.gres(g)
         parts = [p.name for p in spec.slurm.partitions if g.name in p.groups]
         for host in g.hosts:
             nodes[host] = {"gres": gres, "partitions": parts, "node_group": g.name}
@@ -163,7 +148,7 @@ def build(inv: Inventory, opts: Options) -> dict:
     if spec.slurm.topology == "tree":
         # `scontrol show topology` lists, for an upper switch, every node beneath it: compute that too.
         below: dict[str, list[str]] = {}
-        for sw in plan.slurm_switches:  # leaves first, then each level above its children
+        for sw in slurm_switches(plan):  # leaves first, then each level above its children
             own = [n for expr in sw.nodes for n in hostlist.expand_hostlist(expr)]
             below[sw.name] = sorted(set(own).union(*(below.get(c, []) for c in sw.switches)))
             switches.append({"name": sw.name, "level": sw.level, "nodes": sorted(own),
@@ -176,24 +161,21 @@ def build(inv: Inventory, opts: Options) -> dict:
     for g in spec.gpu_groups:
         if g.role != "compute":
             continue
-        conf_name, env_name = nccl_file_for(spec, plan, g)
+        conf_name, env_name = nccl_file_for(cluster, g)
         nccl[g.name] = {"conf": {"path": paths["conf"], "name": conf_name, "sha256": sha256_text(rendered[conf_name]),
                                  "text": rendered[conf_name]},
                         "env": {"path": paths["env"], "name": env_name, "sha256": sha256_text(rendered[env_name]),
                                 "text": rendered[env_name]}}
 
-    st = spec.storage
+    storage = cluster.storage
     flash = None
-    if st.flash:
-        f = st.flash
-        flash = {"name": f.name, "mount": f.mount, "unit": unit_name(f.mount),
-                 "master": spec.group(f.metadata_group).host(0), "clients": inv.group("flash_client")}
-    nfs = []
-    for tier in st.nfs:
-        nfs.append({"name": tier.name, "server": spec.group(tier.server_group).host(0),
-                    "servers": list(spec.group(tier.server_group).hosts),
-                    "exports": [{"path": e.path, "mount": e.mount, "options": e.options, "unit": unit_name(e.mount)}
-                                for e in tier.exports]})
+    if storage["flash"]:
+        f = storage["flash"]
+        flash = {"name": f["name"], "mount": f["mount"], "unit": f["unit"], "master": f["master"],
+                 "clients": inv.group("flash_client")}
+    nfs = [{"name": t["name"], "server": t["server"], "servers": t["servers"],
+            "exports": [{k: e[k] for k in ("path", "mount", "options", "unit")} for e in t["exports"]]}
+           for t in storage["nfs"]]
 
     packages, sysctls, notes = role_expectations(inv.vars)
     roce = spec.fabric.roce
@@ -215,7 +197,7 @@ def build(inv: Inventory, opts: Options) -> dict:
             "munge_groups": ["slurm_dbd", "slurm_controller", "slurm_compute", "slurm_login"],
             "conf_dir": SLURM_CONF_DIR,
             "profile": spec.slurm.profile,
-            "profile_differences": profile_differences(spec, plan),
+            "profile_differences": profile_differences(cluster),
             "files": {n: {"sha256": sha256_text(t), "text": t} for n, t in slurm_files.items()},
             "host_groups": list(SLURM_HOST_GROUPS),
             "nodes": nodes,

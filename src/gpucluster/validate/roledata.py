@@ -7,10 +7,11 @@ reads the same two places rather than keeping copies. Package names per group ar
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import yaml
+
+from gpucluster.paths import roles_dir
 
 SLURM_HOSTS = ("slurm_dbd", "slurm_controller", "slurm_compute", "slurm_login")
 
@@ -35,16 +36,6 @@ NCCL_PATHS = ("nccl", {"conf": ("nccl_conf_path", "/etc/nccl.conf"),
                        "env": ("nccl_env_script", "/etc/profile.d/gpucluster-nccl.sh"),
                        "tests_dir": ("nccl_tests_dir", "/opt/nccl-tests")})
 SYSCTL_FILE = "/etc/sysctl.d/90-gpucluster.conf"  # roles/common/vars/Debian.yml __common_sysctl_file
-
-
-def roles_dir() -> Path | None:
-    """Where `gpucluster configure` takes its roles from: $GPUCLUSTER_ROLES, the checkout, or ./roles."""
-    candidates = [os.environ.get("GPUCLUSTER_ROLES"), Path(__file__).resolve().parents[3] / "roles",
-                  Path.cwd() / "roles"]
-    for c in candidates:
-        if c and (Path(c) / "common" / "defaults" / "main.yml").is_file():
-            return Path(c)
-    return None
 
 
 def _defaults(roles: Path, role: str) -> dict:
@@ -73,7 +64,8 @@ def role_expectations(inv_vars: dict) -> tuple[dict, dict, list[str]]:
     """({group: {package: version}}, {"all": {key: value}}, notes)."""
     roles = roles_dir()
     if roles is None:
-        return {}, {}, ["roles/ not found (set GPUCLUSTER_ROLES): package pins and sysctls are not checked"]
+        return {}, {}, ["roles/ not found (set GPUCLUSTER_HOME to a gpucluster checkout): package pins and "
+                        "sysctls are not checked"]
     packages: dict[str, dict[str, str]] = {}
     notes: list[str] = []
     for role, var, groups in PACKAGES:

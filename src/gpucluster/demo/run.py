@@ -1,4 +1,4 @@
-"""`gpucluster demo [SPEC]`: the whole chain on one machine, as a new user first runs it.
+"""The whole chain on one machine, as a new user first runs it (`gpucluster demo [SPEC]`).
 
 stage up -> configure -> validate -> a Slurm job placed by topology, then a summary. Each step is
 the same command a user would type; the demo only sequences them and reads their results.
@@ -6,7 +6,6 @@ the same command a user would type; the demo only sequences them and reads their
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import time
@@ -61,13 +60,13 @@ def run_job(staged, spec, plan) -> tuple[bool, str]:
                 "(asked -N2 --switches=1)")
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from gpucluster.cli import _load
-    from gpucluster.stage.cli import stage_up
+def demo(spec_path: str) -> int:
+    """The whole chain; prints each step and a summary. Exit status: 0 when every step passed."""
+    from gpucluster.cluster import load_cluster
+    from gpucluster.stage.lifecycle import stage_up
 
-    spec_path = args.spec
-    loaded, plan = _load(spec_path)
-    spec = loaded.spec
+    cluster = load_cluster(spec_path)
+    spec, plan = cluster.spec, cluster.plan
     results: list[tuple[str, bool, float, str]] = []
     total = 4
 
@@ -77,7 +76,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     _step(f"stage up {spec_path}: {plan.nodes} nodes as podman containers", 1, total)
     t0 = time.perf_counter()
-    staged, inventory = stage_up(spec_path, log=lambda msg: print(f"  {msg}", flush=True))
+    staged, inventory = stage_up(spec_path, log=lambda msg: print(f"  {msg}", flush=True), cluster=cluster)
     record("stage up", t0, True, f"{len(staged.nodes)} nodes; inventory {inventory}")
 
     inv_dir = str(inventory.parent)
@@ -107,9 +106,3 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"\nthe staged cluster stays up: ssh -F {staged.ssh_config} {ctl} sinfo")
     print(f"remove it with: gpucluster stage down {spec_path}")
     return 0 if ok else 1
-
-
-def register(sub) -> None:
-    p = sub.add_parser("demo", help="stage up -> configure -> validate -> a Slurm job, with a summary")
-    p.add_argument("spec", nargs="?", default="examples/staging.yaml")
-    p.set_defaults(func=cmd_demo)

@@ -1,0 +1,1 @@
+"""`gpucluster demo`: stage up -> configure -> validate -> a Slurm job placed by topology, with a summary."""

@@ -1,0 +1,108 @@
+"""Bring a spec's staged cluster up, down, or report it: the library behind `gpucluster stage`.
+
+The node names, groups, leaves and racks come from the compiled cluster, so the staged cluster has
+the shape of the real one; the inventory is written by the same writer real clusters use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from gpucluster.cluster import Cluster, load_cluster
+from gpucluster.errors import UsageError
+
+MAX_STAGED_NODES = 32
+
+
+def state_dir_for(cluster: str, base: str | None = None) -> Path:
+    return (Path(base) if base else Path.cwd() / ".state" / "stage" / cluster).resolve()
+
+
+def stage_nodes(cluster: Cluster) -> list:
+    """StageNodes for every node of the cluster. GPU device files are staging stand-ins."""
+    from gpucluster.stage.podman import StageNode
+
+    spec = cluster.spec
+    nodes = []
+    for group in spec.node_groups:
+        member_of = cluster.memberships(group)
+        fuse = bool({"flash_client", "flash_chunk", "flash_meta"} & set(member_of))
+        # NFS-Ganesha's VFS FSAL exports through file handles: open_by_handle_at needs DAC_READ_SEARCH,
+        # and the container's overlayfs root gives no handles, so each export path is a tmpfs here.
+        nfs_exports = tuple(e.path for n in spec.storage.nfs if n.server_group == group.name for e in n.exports)
+        caps = ("DAC_READ_SEARCH",) if nfs_exports else ()
+        for host in group.hosts:
+            nodes.append(StageNode(name=host, groups=member_of, gpu_devices=cluster.gpu_devices(group), fuse=fuse,
+                                   caps=caps, tmpfs=nfs_exports))
+    return nodes
+
+
+def connection_vars(staged) -> dict[str, dict]:
+    common = (f"-o UserKnownHostsFile={staged.known_hosts} -o StrictHostKeyChecking=yes "
+              "-o ControlMaster=auto -o ControlPersist=60s")
+    out = {
+        name: {"ansible_host": host, "ansible_port": port, "ansible_user": staged.ssh_user,
+               "ansible_ssh_private_key_file": str(staged.ssh_key), "ansible_ssh_common_args": common}
+        for name, (host, port) in staged.nodes.items()
+    }
+    # The node's fixed address on the cluster network: what /etc/hosts gives it (role common).
+    for name, address in staged.addresses.items():
+        if name in out:
+            out[name]["gpucluster_address"] = address
+    return out
+
+
+def inventory_dir_for(spec, given: str | None) -> Path:
+    return Path(given) if given else Path.cwd() / "inventories" / spec.name
+
+
+def stage_up(spec_path: str, *, state: str | None = None, inventory: str | None = None,
+             runtime: str | None = None, ulimits: list[str] | None = None, log=print,
+             cluster: Cluster | None = None):
+    """Bring the staged cluster up (idempotent) and write its inventory. Returns (staged, inventory path)."""
+    from gpucluster.inventory import write_inventory
+    from gpucluster.stage.podman import StageConfig, up
+
+    cluster = cluster or load_cluster(spec_path)
+    spec = cluster.spec
+    if cluster.plan.nodes > MAX_STAGED_NODES:
+        raise UsageError(f"{spec_path}: {cluster.plan.nodes} nodes is too many to stage on one machine "
+                         f"(at most {MAX_STAGED_NODES}); stage a scaled-down spec such as examples/staging.yaml")
+    cfg_kwargs = {"cluster": spec.name, "state_dir": state_dir_for(spec.name, state)}
+    if runtime:
+        cfg_kwargs["runtime"] = runtime
+    if ulimits:
+        cfg_kwargs["ulimits"] = tuple(ulimits)
+    cfg = StageConfig(**cfg_kwargs)
+    staged = up(cfg, stage_nodes(cluster), log=log)
+    secrets = cfg.state_dir / "secrets"
+    secrets.mkdir(mode=0o700, exist_ok=True)
+    path = write_inventory(
+        inventory_dir_for(spec, inventory), cluster, connection_vars(staged),
+        extra_vars={"gpucluster_spec": str(Path(spec_path).resolve()), "gpucluster_staged": True,
+                    "gpucluster_secrets_dir": str(secrets), "gpucluster_state_dir": str(cfg.state_dir)},
+    )
+    return staged, path
+
+
+def stage_down(spec_path: str, *, state: str | None = None, inventory: str | None = None, log=print) -> str:
+    """Remove the staged cluster's containers, network, keys and inventory; returns the cluster's name."""
+    from gpucluster.stage.podman import StageConfig, down
+
+    spec = load_cluster(spec_path).spec
+    down(StageConfig(cluster=spec.name, state_dir=state_dir_for(spec.name, state)), log=log)
+    inv = inventory_dir_for(spec, inventory) / "hosts.yml"
+    if inv.exists():
+        inv.unlink()
+        with contextlib.suppress(OSError):
+            inv.parent.rmdir()
+    return spec.name
+
+
+def stage_status(spec_path: str, *, state: str | None = None) -> tuple[str, list]:
+    """(cluster name, NodeStatus rows) of the staged cluster."""
+    from gpucluster.stage.podman import StageConfig, status
+
+    spec = load_cluster(spec_path).spec
+    return spec.name, status(StageConfig(cluster=spec.name, state_dir=state_dir_for(spec.name, state)))
