@@ -457,3 +457,23 @@ def test_rendered_files_keep_their_pre_refactor_bytes(name):
     want = BASELINE[name]
     assert set(want) <= set(got), f"files no longer rendered: {sorted(set(want) - set(got))}"
     assert {f: got[f] for f in want} == want
+
+
+def test_slurm_parameters_merge_over_the_computed_defaults():
+    """A key the template writes takes the spec's value in place (case-insensitive, once); a key it does
+    not write goes to a site section at the end; the hooks the spec names are written."""
+    data = example_data("staging")
+    data["slurm"]["parameters"] = {"treewidth": 7, "MaxArraySize": 10001, "SchedulerParameters": "bf_continue"}
+    data["slurm"]["prolog"] = "/etc/slurm/prolog.sh"
+    data["slurm"]["health_check"] = {"program": "/usr/local/sbin/gpc-health", "interval": 60}
+    conf = render_spec(spec_from_data(data))["slurm.conf"]
+    keys = [line.split("=", 1)[0].lower() for line in conf.splitlines() if "=" in line and not line.startswith("#")]
+    assert keys.count("treewidth") == 1 and params(conf)["TreeWidth"] == "7"
+    assert params(conf)["SchedulerParameters"] == "bf_continue"
+    tail = conf.split("# Site parameters (slurm.parameters in the spec)\n", 1)[1]
+    assert tail == "MaxArraySize=10001\n"
+    assert params(conf)["Prolog"] == "/etc/slurm/prolog.sh"
+    assert (params(conf)["HealthCheckProgram"], params(conf)["HealthCheckInterval"]) == ("/usr/local/sbin/gpc-health",
+                                                                                         "60")
+    assert params(conf)["PropagateResourceLimitsExcept"] == "MEMLOCK"
+    assert "Epilog" not in params(conf)

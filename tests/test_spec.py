@@ -359,3 +359,24 @@ def test_compute_group_off_the_fabric_is_warned(write_spec):
     fs = check_meaning(load_unchecked(path))
     w = one(fs, "node_groups[4].nics_per_node", "topology")
     assert w.level == "warning" and w.line == line_of(text, "  - name: cpu") and w.fix
+
+
+# ---- slurm.parameters ----------------------------------------------------------------------------
+
+def test_owned_slurm_key_is_refused_naming_the_field_that_sets_it(write_spec):
+    """slurm.parameters may add or override computed defaults, never a key gpucluster writes from the
+    spec: TopologyPlugin comes from slurm.topology (case does not matter to Slurm, nor here)."""
+    text, _ = mutate(example_text("staging"), "  topology: tree\n",
+                     "  topology: tree\n  parameters:\n    topologyplugin: topology/flat\n    MaxArraySize: 10001\n")
+    path = write_spec(text)
+    f = one(findings_of(path), "slurm.parameters.topologyplugin", "owned-key")
+    assert "slurm.topology" in f.message and "slurm.topology" in f.fix
+    assert f.line == line_of(text, "    topologyplugin:") and f.file == str(path)
+
+
+def test_slurm_parameters_take_plain_values_only(write_spec):
+    """A value is one line of text or a whole number: a YAML boolean or a newline is a syntax finding."""
+    text, _ = mutate(example_text("staging"), "  topology: tree\n",
+                     "  topology: tree\n  parameters:\n    SlurmctldDebug: yes\n    MaxArraySize: \"1\\n2\"\n")
+    rules = {f.field: f.rule for f in findings_of(write_spec(text))}
+    assert set(rules) == {"slurm.parameters.SlurmctldDebug", "slurm.parameters.MaxArraySize"}

@@ -43,6 +43,30 @@ def scale_for(nodes: int) -> Scale:
     )
 
 
+class Parameters:
+    """slurm.parameters merged over the template's computed defaults (StackHPC openhpc's way): the
+    template asks param(KEY, default) where it writes a key, which takes the spec's value when there is
+    one (Slurm reads keys case-insensitively); the keys it never asked for are written at the end by
+    rest(). One object per render."""
+
+    def __init__(self, given: dict[str, str | int]):
+        self._given = {k.lower(): (k, str(v)) for k, v in given.items()}
+        self._asked: set[str] = set()
+
+    def __call__(self, key: str, default) -> str:
+        self._asked.add(key.lower())
+        given = self._given.get(key.lower())
+        return given[1] if given else str(default)
+
+    def rest(self) -> list[tuple[str, str]]:
+        return [kv for low, kv in self._given.items() if low not in self._asked]
+
+
+def scheduler_parameters(scale: Scale) -> str:
+    out = f"bf_continue,bf_max_job_test={scale.bf_max_job_test},default_queue_depth={scale.default_queue_depth}"
+    return out + (f",max_rpc_cnt={scale.max_rpc_cnt}" if scale.max_rpc_cnt else "")
+
+
 def slurm_context(cluster: Cluster) -> dict:
     spec, plan = cluster.spec, cluster.plan
     compute = spec.groups_with_role("compute")
@@ -79,5 +103,7 @@ def slurm_context(cluster: Cluster) -> dict:
             for g in compute if g.gpu
         ],
         "switches": slurm_switches(plan) if spec.slurm.topology == "tree" else None,
+        "param": Parameters(spec.slurm.parameters),
+        "scheduler_parameters": scheduler_parameters(scale_for(nodes)),
         "blocks": blocks(plan) if spec.slurm.topology == "block" else None,
     }

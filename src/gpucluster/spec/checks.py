@@ -24,6 +24,7 @@ def _rules(spec: ClusterSpec) -> Iterator[Finding]:
     yield from _groups(spec)
     yield from _partitions(spec)
     yield from _slurm(spec)
+    yield from _parameters(spec)
     yield from _fabric(spec)
     yield from _storage(spec)
 
@@ -155,6 +156,62 @@ def _slurm(spec: ClusterSpec) -> Iterator[Finding]:
     if n > 65536:
         yield Finding(("node_groups",), f"{n} compute nodes exceed Slurm's 65,536-node limit",
                       "split the cluster into several Slurm clusters", "slurm-limit")
+
+
+# slurm.conf keys gpucluster writes from the spec or relies on (roles install to these paths and ports;
+# the validator checks them): slurm.parameters may not set them. Value: the spec field that does.
+OWNED_KEYS = {
+    "ClusterName": "name",
+    "SlurmctldHost": "node_groups (role: controller)",
+    "ControlMachine": "node_groups (role: controller)",
+    "NodeName": "node_groups",
+    "PartitionName": "slurm.partitions",
+    "TopologyPlugin": "slurm.topology",
+    "TopologyParam": "slurm.topology",
+    "GresTypes": "node_groups[].gpu",
+    "AccountingStorageType": "slurm.accounting",
+    "AccountingStorageHost": "slurm.accounting (slurmdbd runs on the first controller)",
+    "AccountingStoragePort": "slurm.accounting",
+    "AccountingStorageTRES": "slurm.accounting",
+    "ProctrackType": "slurm.profile",
+    "TaskPlugin": "slurm.profile",
+    "JobAcctGatherType": "slurm.profile",
+    "PrologFlags": "slurm.profile",
+    "Prolog": "slurm.prolog",
+    "Epilog": "slurm.epilog",
+    "HealthCheckProgram": "slurm.health_check.program",
+    "HealthCheckInterval": "slurm.health_check.interval",
+    "HealthCheckNodeState": "slurm.health_check.node_state",
+    "AuthType": "gpucluster's munge setup (role munge)",
+    "SlurmUser": "gpucluster's Slurm packages (role slurm_common)",
+    "SlurmdUser": "gpucluster's Slurm packages (role slurm_common)",
+    "SlurmctldPort": "gpucluster's Slurm roles and validator",
+    "SlurmdPort": "gpucluster's Slurm roles and validator",
+    "StateSaveLocation": "gpucluster's Slurm roles (role slurm_controller)",
+    "SlurmdSpoolDir": "gpucluster's Slurm roles (role slurm_compute)",
+    "SlurmctldPidFile": "gpucluster's Slurm roles",
+    "SlurmdPidFile": "gpucluster's Slurm roles",
+    "SlurmctldLogFile": "gpucluster's Slurm roles and validator",
+    "SlurmdLogFile": "gpucluster's Slurm roles and validator",
+    "Include": "gpucluster's rendered files (render the spec instead)",
+}
+_OWNED = {k.lower(): (k, field) for k, field in OWNED_KEYS.items()}
+
+
+def _parameters(spec: ClusterSpec) -> Iterator[Finding]:
+    """slurm.parameters: extra keys, never one gpucluster owns (Slurm reads keys case-insensitively)."""
+    seen: dict[str, str] = {}
+    for key in spec.slurm.parameters:
+        at = ("slurm", "parameters", key)
+        owned = _OWNED.get(key.lower())
+        if owned:
+            name, field = owned
+            yield Finding(at, f"{name} is set by gpucluster from {field}",
+                          f"remove it from slurm.parameters and change {field} instead", "owned-key")
+        if key.lower() in seen:
+            yield Finding(at, f"'{key}' and '{seen[key.lower()]}' are the same slurm.conf key",
+                          "keep one of them", "duplicate")
+        seen.setdefault(key.lower(), key)
 
 
 def _fabric(spec: ClusterSpec) -> Iterator[Finding]:

@@ -11,7 +11,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, field_validator
 
 from gpucluster.catalog import Catalog
 
@@ -95,6 +95,33 @@ class Partition(Strict):
     priority_tier: int = Field(default=1, ge=0, le=65533)
 
 
+NODE_PATH = r"^/[A-Za-z0-9._/-]+$"
+
+
+def _conf_value(value: object) -> str:
+    """A slurm.conf value written after KEY=: text on one line without '#' (slurm.conf has no escapes),
+    or a whole number. A YAML 1.1 boolean (yes, on, true) is refused rather than guessed at."""
+    if isinstance(value, bool):
+        raise ValueError("a YAML boolean is not a slurm.conf value; quote it ('yes') or write what Slurm expects")
+    if isinstance(value, int):
+        return str(value)
+    if not isinstance(value, str):
+        raise ValueError("a slurm.conf value is text or a whole number; write it as one line of text")
+    if any(c in value for c in "\n\r#") or len(value) > 1024:
+        raise ValueError("a slurm.conf value is one line of at most 1024 characters without '#'; shorten it")
+    return value
+
+
+ConfValue = Annotated[str, BeforeValidator(_conf_value)]
+
+
+class HealthCheck(Strict):
+    program: str = Field(pattern=NODE_PATH, description="HealthCheckProgram: a path on the compute nodes")
+    interval: int = Field(default=300, ge=1, le=86400, description="HealthCheckInterval in seconds")
+    node_state: str = Field(default="ANY", pattern=r"^(ALLOC|ANY|CYCLE|IDLE|MIXED|NONDRAINED_IDLE)(,[A-Z_]+)*$",
+                            description="HealthCheckNodeState")
+
+
 class Slurm(Strict):
     version: str = Field(default="22.05", pattern=r"^\d{2}\.\d{2}$")
     topology: Literal["tree", "block", "none"] = "tree"
@@ -104,6 +131,14 @@ class Slurm(Strict):
         description="staging swaps the cgroup plugins for ones that run in unprivileged containers",
     )
     partitions: tuple[Partition, ...] = Field(min_length=1)
+    prolog: str | None = Field(default=None, pattern=NODE_PATH, description="Prolog: a path on the compute nodes")
+    epilog: str | None = Field(default=None, pattern=NODE_PATH, description="Epilog: a path on the compute nodes")
+    health_check: HealthCheck | None = None
+    parameters: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9]*$", max_length=64)],
+                     ConfValue] = Field(
+        default_factory=dict,
+        description="extra slurm.conf keys merged over gpucluster's computed defaults (StackHPC openhpc_config)",
+    )
 
     @property
     def version_tuple(self) -> tuple[int, int]:
