@@ -64,7 +64,7 @@ def main() -> int:
     try:
         hosts = None
         rows = []
-        from gpucluster.validate.inventory import load_inventory
+        from gpucluster.inventory.reader import load_inventory
 
         inventory = load_inventory(inv)
         one = (inventory.groups.get("slurm_compute") or list(inventory.hosts))[0]

@@ -244,16 +244,16 @@ def test_entry_point_unwritable_output(tmp_path):
 
 @pytest.mark.parametrize("name", ["staging", "meta-24k-ib", "frontier-mi250x-roce"])
 def test_inventory_agrees_with_the_plan(capsys, tmp_path, name):
-    """Host variables (leaf, pod, rack, HCAs) are the plan's, and the leaf/pod are topology.conf's switches."""
-    import yaml
+    """Host variables (leaf, pod, rack, HCAs) are the plan's, and the leaf/pod are topology.conf's switches.
+    The inventory is read as Ansible reads it (host ranges, children, group_vars/): gpucluster's reader."""
+    from gpucluster.inventory.reader import load_inventory
 
     rc, _out, _err = run(capsys, "inventory", str(example_path(name)), "-o", str(tmp_path))
     assert rc == 0 and (tmp_path / "hosts.yml").is_file()
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # 3,000 hosts: libyaml when there is one
-    children = yaml.load((tmp_path / "hosts.yml").read_text(), Loader=loader)["all"]["children"]
+    inv = load_inventory(tmp_path)
     loaded, plan = loaded_example(name)
     spec = loaded.spec
-    members = {k: set((v or {}).get("hosts") or {}) for k, v in children.items()}
+    members = {k: set(v) for k, v in inv.groups.items()}
     assert members["slurm_compute"] == {h for g in spec.groups_with_role("compute") for h in g.hosts}
     assert members["slurm_controller"] == {h for g in spec.groups_with_role("controller") for h in g.hosts}
     fabric = "fabric_ib" if spec.fabric.type == "infiniband" else "fabric_roce"
@@ -261,7 +261,7 @@ def test_inventory_agrees_with_the_plan(capsys, tmp_path, name):
     parent = {c: s.name for s in slurm_switches(plan) for c in s.switches}
     racks: dict[str, list[str]] = {}
     for g in spec.node_groups:
-        hosts = children[f"nodegroup_{g.name.replace('-', '_')}"]["hosts"]
+        hosts = {h: inv.hosts[h].vars for h in inv.groups[f"nodegroup_{g.name.replace('-', '_')}"]}
         assert list(hosts) == g.hosts
         for h, hv in hosts.items():
             racks.setdefault(hv["gpucluster_rack"], []).append(h)

@@ -123,7 +123,7 @@ def test_secrets_are_never_written_inside_the_checkout(tmp_path: Path, monkeypat
 
 
 def test_default_secrets_path_is_per_user_and_outside_the_checkout(tmp_path: Path, monkeypatch) -> None:
-    from gpucluster.deploy.outputs import default_secrets_path
+    from gpucluster.configure.secrets import default_path as default_secrets_path
 
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     assert default_secrets_path("s") == tmp_path / "gpucluster" / "secrets" / "s.json"

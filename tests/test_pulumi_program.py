@@ -28,6 +28,7 @@ from gpucluster.deploy.testing import (
 )
 from gpucluster.fabric.summary import plan_summary
 from gpucluster.inventory import inventory_data
+from gpucluster.inventory.reader import expand_hosts
 
 CLUSTER, NODEGROUP, FABRIC, STORAGE = (f"gpucluster:index:{t}" for t in ("Cluster", "NodeGroup", "Fabric",
                                                                          "StorageTier"))
@@ -120,7 +121,8 @@ def test_every_node_is_enrolled_exactly_once_in_its_group(run: ProgramRun) -> No
                       key=lambda r: r.name)  # registration order is the event loop's, names are batch order
         batches = [unwrap(r.inputs) for r in ours]
         hosts = [n.split()[0] for b in batches for n in b["nodes"]]
-        assert hosts == list(inv[f"nodegroup_{group.name.replace('-', '_')}"]["hosts"]), group.name
+        listed = inv[f"nodegroup_{group.name.replace('-', '_')}"]["hosts"]  # host ranges: gpu[0001:0064]
+        assert hosts == [h for pattern in listed for h in expand_hosts(pattern)], group.name
         # a batch never splits a rack (when a batch holds at least one)
         if group.nodes_per_rack <= BATCH:
             for b in batches:
@@ -168,7 +170,7 @@ def _expected_connection(name: str, run: ProgramRun) -> tuple[dict, dict]:
         ports = json.loads((stage / "ports.json").read_text())
         staged = StagedCluster(nodes={h: ("127.0.0.1", p) for h, p in ports.items()}, ssh_key=stage / "id_ed25519",
                                known_hosts=stage / "known_hosts", ssh_config=stage / "ssh_config", network="")
-        extra.update({"gpucluster_staged": True, "gpucluster_secrets_dir": str(stage / "secrets"),
+        extra.update({"gpucluster_secrets_dir": str(stage / "secrets"),
                       "gpucluster_state_dir": str(stage)})
         return connection_vars(staged), extra
     extra.update({"ansible_user": "ops", "ansible_ssh_private_key_file": KEY,

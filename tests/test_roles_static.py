@@ -35,6 +35,10 @@ def _load(path: Path, name: str):
     return module
 
 
+# Our modules import plugins/module_utils as Ansible bundles it (ansible.module_utils.<name>): do the same.
+for _util in (ROOT / "plugins" / "module_utils").glob("*.py"):
+    sys.modules[f"ansible.module_utils.{_util.stem}"] = _load(_util, f"ansible.module_utils.{_util.stem}")
+
 filters = _load(ROOT / "plugins" / "filter" / "gpucluster_roles.py", "gpucluster_roles_filters")
 m_limits = _load(ROOT / "plugins" / "modules" / "gpucluster_limits.py", "gpucluster_limits_module")
 m_sysctl = _load(ROOT / "plugins" / "modules" / "gpucluster_sysctl.py", "gpucluster_sysctl_module")
@@ -143,7 +147,7 @@ def staging_inventory(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("inv")
     return write_inventory(d, load_cluster(ROOT / "examples" / "staging.yaml"), extra_vars={
         "gpucluster_spec": str(ROOT / "examples" / "staging.yaml"), "gpucluster_state_dir": str(d / "state"),
-        "gpucluster_secrets_dir": str(d / "state" / "secrets"), "gpucluster_staged": True})
+        "gpucluster_secrets_dir": str(d / "state" / "secrets")})
 
 
 def test_site_playbook_passes_syntax_check(staging_inventory):
@@ -433,8 +437,8 @@ def test_summary_names_the_failing_hosts():
 
 
 def test_inventory_folder_means_its_hosts_yml(tmp_path):
-    from gpucluster.configure.runner import inventory_file
     from gpucluster.errors import UsageError
+    from gpucluster.inventory.reader import inventory_file
 
     (tmp_path / "validate.html").write_text("<html>")
     with pytest.raises(UsageError, match=r"no hosts\.yml"):

@@ -21,11 +21,12 @@ import yaml
 from conftest import cluster_example, example_path, loaded_example, skip_or_fail
 
 from gpucluster.errors import UsageError
+from gpucluster.inventory.reader import load_inventory
 from gpucluster.inventory.writer import inventory_data
 from gpucluster.render import nccl_file_for, render_all
+from gpucluster.render.files import profile_differences
 from gpucluster.render.topology import slurm_switches
 from gpucluster.validate import expect, report, viaslurm
-from gpucluster.validate.inventory import load_inventory
 from gpucluster.validate.runner import CHECKS_DIR, default_workers, pytest_command
 from gpucluster.validate.thresholds import DEFAULTS, load_thresholds, threshold_for
 
@@ -53,7 +54,7 @@ def staging_inventory(tmp_path_factory) -> Path:
     tmp_path = tmp_path_factory.mktemp("inventory")
     spec = cluster_example("staging").spec
     secrets = tmp_path / "secrets"
-    secrets.mkdir()
+    secrets.mkdir(mode=0o700)
     (secrets / "munge.key").write_bytes(os.urandom(1024))
     conn = {h: {"ansible_host": "127.0.0.1", "ansible_port": 40000 + i, "ansible_user": "root",
                 "ansible_ssh_private_key_file": str(tmp_path / "id"),
@@ -61,7 +62,7 @@ def staging_inventory(tmp_path_factory) -> Path:
                                            "-o ControlMaster=auto -o ControlPersist=60s"}
             for i, h in enumerate(h for g in spec.node_groups for h in g.hosts)}
     data = inventory_data(cluster_example("staging"), conn, extra_vars={
-        "gpucluster_spec": str(example_path("staging").resolve()), "gpucluster_staged": True,
+        "gpucluster_spec": str(example_path("staging").resolve()),
         "gpucluster_secrets_dir": str(secrets), "gpucluster_state_dir": str(tmp_path)})
     inv = tmp_path / "inv"
     inv.mkdir()
@@ -170,7 +171,7 @@ def test_staging_profile_differences_are_listed(doc):
 
 
 def test_production_profile_has_no_differences():
-    assert expect.profile_differences(cluster_example("meta-24k-roce")) == []
+    assert profile_differences(cluster_example("meta-24k-roce")) == []
 
 
 def test_pins_and_sysctls_come_from_role_defaults(doc):

@@ -1,16 +1,13 @@
-"""Ansible filters that give roles the cluster spec's storage, fabric and NCCL facts.
+"""Ansible filters that give roles the compiled cluster's facts (storage, fabric, NCCL files).
 
-Why a filter and not YAML: the spec is parsed by `gpucluster.spec` (one spec -> one model), and the
-files roles install are rendered by `gpucluster.render`'s Jinja environment (templates/ only), so a
-role and `gpucluster render` can never disagree. The filters run on the Ansible controller, which
-needs the gpucluster package importable (the project's venv; a checkout's src/ is found too).
+Why filters that read files: the spec is compiled once per run on the controller (playbooks/compile.yml,
+gpucluster.compiled) into the cluster's state folder; roles read its facts.json and rendered/ files and
+never parse the spec again. Each filter takes plain data and returns plain data (docs/storage.md).
 
-Filters (each takes plain data and returns plain data; see docs/storage.md):
-  gpucluster_storage(spec_path)        flash and NFS tiers: mounts, replicas, servers, exports
-  gpucluster_fabric(spec_path)         fabric type, RoCE QoS (DSCP, PFC, ECN, MTU), InfiniBand SM
-  gpucluster_nccl(spec_path)           per GPU node group: nccl.conf / env script names and text
+  gpucluster_storage(state_dir)        flash and NFS tiers: mounts, units, replicas, servers, exports
+  gpucluster_fabric(state_dir)         fabric type, RoCE QoS (DSCP, PFC, ECN, MTU), InfiniBand SM
+  gpucluster_nccl(state_dir)           per GPU node group: nccl.conf / env script names and text
   gpucluster_render(context, name)     render templates/<name> with the same environment as the CLI
-  gpucluster_unit_name(path, suffix)   systemd unit name of a path (systemd-escape --path)
   gpucluster_apt_names(pkgs, version)  apt's NAME=VERSION list; pkgs a list (one version) or {name: version}
 
 Roles call the first three once per play (`run_once` + `set_fact`), not once per host.
@@ -20,26 +17,9 @@ from __future__ import annotations
 
 import json
 import re
-import sys
+from functools import cache
 from pathlib import Path
 from typing import Any
-
-_SRC = Path(__file__).resolve().parent.parent.parent / "src"
-
-
-def _gpucluster():
-    """Import gpucluster, from the checkout's src/ when the controller's Python lacks the package."""
-    try:
-        import gpucluster
-    except ModuleNotFoundError:
-        if (_SRC / "gpucluster").is_dir() and str(_SRC) not in sys.path:
-            sys.path.insert(0, str(_SRC))
-    import gpucluster.cluster
-    import gpucluster.cluster.names
-    import gpucluster.render
-    import gpucluster.render.files
-
-    return gpucluster
 
 
 def _plain(value: Any) -> Any:
@@ -47,36 +27,42 @@ def _plain(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
-def _cluster(spec_path: str):
-    gc = _gpucluster()
-    return gc.cluster.load_cluster(Path(str(spec_path)))
+def _compiled(state_dir: str) -> Path:
+    folder = Path(str(state_dir)) / "compiled"
+    if not (folder / "facts.json").is_file():
+        raise ValueError(f"{folder}/facts.json does not exist: run the whole of playbooks/site.yml (its first play, "
+                         "compile.yml, compiles the spec there), e.g. through `gpucluster configure INVENTORY`")
+    return folder
 
 
-def unit_name(path: str, suffix: str = "mount") -> str:
-    """systemd's unit name for a path, as `systemd-escape --path --suffix=SUFFIX PATH` writes it."""
-    return _gpucluster().cluster.names.unit_name(path, suffix)
+@cache
+def _facts_at(path: str, mtime_ns: int) -> dict:
+    return json.loads(Path(path).read_text())
 
 
-def storage_facts(spec_path: str) -> dict:
-    """The spec's storage tiers as plain data (gpucluster.cluster.Cluster.storage)."""
-    return _cluster(spec_path).storage
+def _facts(state_dir: str) -> dict:
+    path = _compiled(state_dir) / "facts.json"
+    return _facts_at(str(path), path.stat().st_mtime_ns)
 
 
-def fabric_facts(spec_path: str) -> dict:
+def storage_facts(state_dir: str) -> dict:
+    """The spec's storage tiers as plain data (gpucluster.cluster.Cluster.storage, compiled)."""
+    return _facts(state_dir)["storage"]
+
+
+def fabric_facts(state_dir: str) -> dict:
     """Fabric settings the rdma role applies on hosts; NCCL_IB_TC is the same DSCP x 4 (ToS byte)."""
-    return _cluster(spec_path).fabric
+    return _facts(state_dir)["fabric"]
 
 
-def nccl_files(spec_path: str) -> dict:
+def nccl_files(state_dir: str) -> dict:
     """Per GPU compute node group: the names `gpucluster render` gives its nccl.conf and env script,
-    and their text from the same renderer (so /etc/nccl.conf is byte-identical to the CLI's file)."""
-    gc = _gpucluster()
-    cluster = _cluster(spec_path)
+    and their text from the compiled rendered/ folder (byte-identical to the CLI's files)."""
+    rendered = _compiled(state_dir) / "rendered"
     out = {}
-    for name, (conf_name, env_name, conf, env) in gc.render.files.nccl_texts(cluster).items():
-        group = cluster.spec.group(name)
-        out[name] = {"vendor": cluster.gpu_vendor(group), "gpus_per_node": group.gpus_per_node,
-                     "conf_name": conf_name, "env_name": env_name, "conf": conf, "env": env}
+    for name, entry in _facts(state_dir)["nccl"].items():
+        out[name] = {**entry, "conf": (rendered / entry["conf_name"]).read_text(),
+                     "env": (rendered / entry["env_name"]).read_text()}
     return out
 
 
@@ -98,8 +84,9 @@ def apt_names(packages: list | dict, version: str = "") -> list[str]:
 
 def render(context: dict, name: str) -> str:
     """Render templates/<name> with gpucluster's Jinja environment (StrictUndefined, trim_blocks)."""
-    gc = _gpucluster()
-    return gc.render.environment().get_template(str(name)).render(_plain(context))
+    from gpucluster.render import environment
+
+    return environment().get_template(str(name)).render(_plain(context))
 
 
 class FilterModule:
@@ -109,6 +96,5 @@ class FilterModule:
             "gpucluster_fabric": fabric_facts,
             "gpucluster_nccl": nccl_files,
             "gpucluster_render": render,
-            "gpucluster_unit_name": unit_name,
             "gpucluster_apt_names": apt_names,
         }

@@ -29,46 +29,18 @@ diff: {type: list, returned: when content changed, description: "Standard diffs 
 import grp
 import os
 import pwd
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpucluster_fileutil import write_if_changed
 
 
 def install(path: str, text: str, uid: int, gid: int, mode: int, check_mode: bool) -> tuple[bool, dict | None]:
     """(changed, diff or None). The file is replaced atomically; owner and mode are fixed in place."""
-    data = text.encode("utf-8")
-    try:
-        with open(path, "rb") as fh:
-            before = fh.read()
-    except FileNotFoundError:
-        before = None
-    diff = None
-    if before != data:
-        diff = {"before_header": path, "after_header": path,
-                "before": (before or b"").decode("utf-8", "replace"), "after": text}
-        if not check_mode:
-            folder = os.path.dirname(path)
-            fd, tmp = tempfile.mkstemp(prefix=".gpucluster-", dir=folder)
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.chown(tmp, uid, gid)
-                os.chmod(tmp, mode)
-                os.replace(tmp, path)
-            except BaseException:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-                raise
-        return True, diff
-    st = os.stat(path)
-    if (st.st_uid, st.st_gid, st.st_mode & 0o7777) != (uid, gid, mode):
-        if not check_mode:
-            os.chown(path, uid, gid)
-            os.chmod(path, mode)
-        return True, None
-    return False, None
+    changed, before = write_if_changed(path, text.encode("utf-8"), mode, check_mode, uid, gid)
+    if changed and before != text.encode("utf-8"):
+        return True, {"before_header": path, "after_header": path,
+                      "before": (before or b"").decode("utf-8", "replace"), "after": text}
+    return changed, None
 
 
 def main() -> None:

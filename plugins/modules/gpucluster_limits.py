@@ -34,10 +34,10 @@ changed_files: {type: list, returned: always, description: Files written.}
 """
 
 import os
-import tempfile
 from collections.abc import Mapping
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpucluster_fileutil import write_if_changed
 
 UNLIMITED = "unlimited"
 CAP_SYS_RESOURCE = 24
@@ -118,23 +118,9 @@ def dropin_text(effective: Mapping, tasks_max: str, header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_if_changed(path: str, text: str, check_mode: bool) -> bool:
-    try:
-        with open(path) as fh:
-            if fh.read() == text:
-                return False
-    except FileNotFoundError:
-        pass
-    if check_mode:
-        return True
-    folder = os.path.dirname(path)
-    os.makedirs(folder, mode=0o755, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".gpucluster-", dir=folder)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-    return True
+def write_text(path: str, text: str, check_mode: bool) -> bool:
+    """True when the file's text differs (it is then replaced whole, 0644, unless in check mode)."""
+    return write_if_changed(path, text.encode(), 0o644, check_mode, make_dirs=True)[0]
 
 
 def main() -> None:
@@ -165,7 +151,7 @@ def main() -> None:
     for unit in p["units"]:
         name = unit if "." in unit else f"{unit}.service"
         files[os.path.join(p["systemd_dir"], f"{name}.d", p["dropin_name"])] = dropin
-    changed_files = [path for path, text in files.items() if write_if_changed(path, text, module.check_mode)]
+    changed_files = [path for path, text in files.items() if write_text(path, text, module.check_mode)]
     module.exit_json(changed=bool(changed_files), changed_files=changed_files, effective=effective, capped=capped,
                      can_raise=can_raise, units_changed=any(f.startswith(p["systemd_dir"]) for f in changed_files))
 

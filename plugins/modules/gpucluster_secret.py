@@ -36,9 +36,9 @@ import binascii
 import os
 import secrets
 import string
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpucluster_fileutil import atomic_write
 
 _ALPHABET = string.ascii_letters + string.digits
 
@@ -50,19 +50,8 @@ def generate(kind: str, size: int) -> bytes:
 
 
 def write_secret(path: str, data: bytes) -> None:
-    folder = os.path.dirname(path) or "."
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".secret-", dir=folder)  # mkstemp creates it 0600
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+    atomic_write(path, data, 0o600, prefix=".secret-")  # mkstemp makes it 0600 from the first byte
 
 
 def ensure(path: str, kind: str, size: int, min_size: int, value_b64: str | None,

@@ -37,9 +37,9 @@ kept: {type: dict, returned: always, description: Keys whose live value is above
 
 import errno
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpucluster_fileutil import write_if_changed
 
 
 def normalise(value) -> str:
@@ -113,22 +113,9 @@ def apply(settings: dict, proc_root: str, check_mode: bool) -> tuple[dict, dict,
     return applied, readonly, missing
 
 
-def write_if_changed(path: str, text: str, check_mode: bool) -> bool:
-    try:
-        with open(path) as fh:
-            if fh.read() == text:
-                return False
-    except FileNotFoundError:
-        pass
-    if check_mode:
-        return True
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".gpucluster-", dir=os.path.dirname(path))
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-    return True
+def write_text(path: str, text: str, check_mode: bool) -> bool:
+    """True when the file's text differs (it is then replaced whole, 0644, unless in check mode)."""
+    return write_if_changed(path, text.encode(), 0o644, check_mode, make_dirs=True)[0]
 
 
 def main() -> None:
@@ -146,7 +133,7 @@ def main() -> None:
     settings = {str(k): v for k, v in p["settings"].items()}
     kept = above_minimum(settings, live_values(settings, p["proc_root"])) if p["minimum"] else {}
     wanted = {k: v for k, v in settings.items() if k not in kept}
-    file_changed = write_if_changed(p["path"], render_file(wanted, p["header"]), module.check_mode)
+    file_changed = write_text(p["path"], render_file(wanted, p["header"]), module.check_mode)
     applied, readonly, missing = apply(wanted, p["proc_root"], module.check_mode)
     module.exit_json(changed=file_changed or bool(applied), applied=applied, readonly=readonly, missing=missing,
                      kept=kept, path=p["path"])

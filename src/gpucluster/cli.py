@@ -15,7 +15,7 @@ from gpucluster.errors import OperationError, SpecError, UsageError
 
 # Subcommands that live with their concern; each module has register(subparsers).
 PLUGINS = ("gpucluster.stage.cli", "gpucluster.inventory.cli", "gpucluster.configure.cli", "gpucluster.validate.cli",
-           "gpucluster.emulate.cli", "gpucluster.deploy.cli", "gpucluster.demo.cli")
+           "gpucluster.emulate.cli", "gpucluster.demo.cli")
 
 
 def cmd_check(args: argparse.Namespace) -> int:

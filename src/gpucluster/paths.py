@@ -8,7 +8,9 @@ Templates are package data (gpucluster/templates): `check`, `plan` and `render` 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 from pathlib import Path
 
 from gpucluster.errors import UsageError
@@ -54,3 +56,39 @@ def pulumi_project() -> Path | None:
         if candidate and (Path(candidate) / "Pulumi.yaml").is_file():
             return Path(candidate).resolve()
     return None
+
+
+def state_home() -> Path:
+    """Where per-cluster state lives by default: $XDG_STATE_HOME/gpucluster, else ~/.local/state/gpucluster.
+    Never inside a checkout, never a shared /tmp path."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "gpucluster"
+
+
+def state_dir(cluster: str, given: str | os.PathLike | None = None) -> Path:
+    """A cluster's state folder (compiled files, Ansible runs, secrets): `given`, else state_home()/<cluster>."""
+    return Path(given).expanduser().absolute() if given else state_home() / cluster
+
+
+def private_dir(path: str | os.PathLike, *, what: str = "state folder") -> Path:
+    """Create `path` (0700) or check the one there: a real folder (not a link), owned by this user, and
+    no access for group or others. Anything else is refused, since whoever controls such a folder can
+    feed Ansible variables or read the cluster's secrets."""
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            p.mkdir(mode=0o700)
+        st = os.lstat(p)
+    except OSError as exc:
+        raise UsageError(f"{p}: cannot create the {what} ({exc.strerror or exc}); choose a writable path") from None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{p}: the {what} is not a plain folder (a link or a file); remove it or choose another "
+                         "path")
+    if st.st_uid != os.geteuid():
+        raise UsageError(f"{p}: the {what} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}); another "
+                         "user could change what runs: remove it, or choose another path")
+    if st.st_mode & 0o077:
+        raise UsageError(f"{p}: the {what} is open to other users (mode {stat.S_IMODE(st.st_mode):04o}); "
+                         f"run chmod 700 {p}")
+    return p

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from gpucluster.cluster import load_cluster
+from gpucluster.render.files import profile_differences
 from gpucluster.render.topology import slurm_switches
-from gpucluster.validate.expect import profile_differences
 from gpucluster.validate.report import parse_junit
 
 pytestmark = pytest.mark.staged
@@ -109,7 +109,7 @@ def test_full_suite_passes_on_the_staged_cluster(staged_cluster, tmp_path):
     assert all(r.message for r in results if r.outcome == "skipped"), "a skip without a reason"
     # the staging profile is reported as a difference, key by key, never passed silently
     differs = {r.item for r in results if r.outcome == "differs"}
-    assert differs == {d["key"] for d in profile_differences(_SPEC, _PLAN)}
+    assert differs == {d["key"] for d in profile_differences(_CLUSTER)}
     assert "differs from production" in out
     text = html.read_text()
     assert all(f'id="host-{h}"' in text for h in ALL_HOSTS) and "no GPU" in text

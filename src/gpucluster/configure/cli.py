@@ -1,12 +1,19 @@
-"""`gpucluster configure INVENTORY`: run playbooks/site.yml on a cluster, with progress and a summary.
+"""`gpucluster configure INVENTORY` and `gpucluster secrets`: argument parsing and printing only (the
+work is in gpucluster.configure.runner and gpucluster.configure.secrets).
 
-Exit 0 when every host converged, 1 with the failing hosts and their messages otherwise, 2 for
-bad input (no such inventory or playbook).
+configure exits 0 when every host converged (or, with --check, when the dry run ran), 1 with the
+failing hosts and their messages otherwise, 2 for bad input (no such inventory, playbook or secrets file).
 """
 
 from __future__ import annotations
 
 import argparse
+
+EXAMPLES = """examples:
+  gpucluster configure inventories/prod --secrets ~/.config/gpucluster/secrets/prod.json --check --diff
+  gpucluster configure inventories/prod --secrets secrets.json
+  gpucluster configure inventories/prod --secrets secrets.json --tags slurm --limit 'gpu[001-064]' --batch 32
+"""
 
 
 def cmd_configure(args: argparse.Namespace) -> int:
@@ -16,18 +23,68 @@ def cmd_configure(args: argparse.Namespace) -> int:
         print(text, flush=True)
 
     result = configure(args.inventory, playbook=args.playbook, limit=args.limit, tags=args.tags,
-                       project=args.project_dir, verbose=args.verbose, log=log)
+                       project=args.project_dir, secrets=args.secrets, check=args.check, diff=args.diff,
+                       batch=args.batch, state_dir=args.state_dir, verbose=args.verbose, log=log)
     print(summary(result), flush=True)
     return 0 if result.ok else 1
 
 
+def cmd_secrets(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from gpucluster.errors import UsageError
+
+    if args.generate:
+        from gpucluster.configure.secrets import generate, write_secrets_file
+
+        if not args.output:
+            raise UsageError("--generate needs -o FILE (outside the checkout, e.g. ~/.config/gpucluster/prod.json)")
+        path = Path(args.output).expanduser()
+        if path.exists() and not args.force:
+            raise UsageError(f"{path} exists: a new munge key locks every node out until configure installs it; "
+                             "pass --force to replace it")
+        written = write_secrets_file(generate(), path)
+    else:
+        from gpucluster.deploy.outputs import secrets_from_stack
+
+        written = secrets_from_stack(args.pulumi_stack, Path(args.output) if args.output else None)
+    print(f"wrote {written} (mode 0600): gpucluster configure INVENTORY --secrets {written} "
+          f"(or ansible-playbook -e @{written}); keep it out of git")
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("configure", help="converge a cluster with the Ansible roles (playbooks/site.yml) "
-                                         "through ansible-runner")
-    p.add_argument("inventory", help="inventory folder (e.g. inventories/staging) or its hosts.yml")
+                                         "through ansible-runner", epilog=EXAMPLES,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("inventory", help="inventory folder (e.g. inventories/prod) or its hosts.yml")
+    p.add_argument("--secrets", metavar="FILE", help="extra-vars file with munge_key_b64 and slurm_dbd_password "
+                   "(`gpucluster secrets`); without it the cluster's secrets are generated once on this machine")
+    p.add_argument("--check", action="store_true", help="dry run: report what would change, change nothing")
+    p.add_argument("--diff", action="store_true", help="show the changes to files (with --check: the changes "
+                   "that would be made)")
+    p.add_argument("--limit", help="only these hosts or groups (Ansible --limit pattern), e.g. 'gpu[001-064]'")
+    p.add_argument("--tags", help="only these concerns: common, gpu, rdma, nccl, storage, munge, slurm (comma "
+                   "separated)")
+    p.add_argument("--batch", type=int, metavar="N", help="reconfigure the Slurm daemons N hosts at a time "
+                   "(rolling; Ansible's serial), so a running cluster never loses every slurmd at once")
+    p.add_argument("--state-dir", help="private state folder of this cluster (default "
+                   "$XDG_STATE_HOME/gpucluster/<cluster> or ~/.local/state/gpucluster/<cluster>)")
     p.add_argument("--playbook", default="site.yml", help="playbook under playbooks/ (default site.yml)")
-    p.add_argument("--limit", help="only these hosts or groups (Ansible --limit pattern)")
-    p.add_argument("--tags", help="only tasks with these tags (Ansible --tags)")
-    p.add_argument("--project-dir", help="folder with ansible.cfg, playbooks/, roles/ (default: the checkout)")
+    p.add_argument("--project-dir", help="folder with ansible.cfg, playbooks/, roles/ (default: $GPUCLUSTER_HOME "
+                   "or the checkout)")
     p.add_argument("-v", "--verbose", action="store_true", help="also print Ansible's own output")
     p.set_defaults(func=cmd_configure)
+
+    q = sub.add_parser("secrets", help="write the cluster's secrets (munge key, slurmdbd password) to a 0600 "
+                                       "extra-vars file outside the checkout, for configure --secrets",
+                       epilog="examples:\n  gpucluster secrets --generate -o ~/.config/gpucluster/prod.json\n"
+                              "  gpucluster secrets --pulumi-stack meta-24k-roce\n",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    how = q.add_mutually_exclusive_group(required=True)
+    how.add_argument("--generate", action="store_true", help="generate a new munge key and slurmdbd password")
+    how.add_argument("--pulumi-stack", help="read the secrets a `pulumi up` of this stack generated")
+    q.add_argument("-o", "--output", help="file to write (required with --generate; default for a stack: "
+                   "$XDG_RUNTIME_DIR/gpucluster/secrets/STACK.json, else ~/.config/gpucluster/secrets/STACK.json)")
+    q.add_argument("--force", action="store_true", help="with --generate: replace an existing file")
+    q.set_defaults(func=cmd_secrets)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shlex
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpucluster.errors import UsageError
-from gpucluster.paths import ansible_dir
+from gpucluster.inventory.reader import inventory_file
+from gpucluster.inventory.state import state_dirs
+from gpucluster.paths import ansible_dir, private_dir
 
 Log = Callable[[str], None]
 
@@ -54,6 +54,8 @@ class ConfigureResult:
     warnings: list[str] = field(default_factory=list)
     changes: dict[str, list[str]] = field(default_factory=dict)  # host -> "role : task" that changed
     log_path: Path | None = None  # where a caller kept the progress lines, if it did
+    diffs: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # host -> [(task, unified diff)]
+    check: bool = False  # a --check run: the changes are what would change
 
     @property
     def ok(self) -> bool:
@@ -77,29 +79,29 @@ def project_dir(given: str | os.PathLike | None = None) -> Path:
     return ansible_dir(given)
 
 
-def inventory_file(inventory: str | os.PathLike) -> Path:
-    """hosts.yml of an inventory folder (other files there, e.g. reports, are not inventory), or the file."""
-    path = Path(inventory)
-    if path.is_dir():
-        for name in ("hosts.yml", "hosts.yaml", "hosts"):
-            if (path / name).is_file():
-                return path / name
-        raise UsageError(f"{path}: no hosts.yml in this inventory folder; write one with `gpucluster stage up` "
-                         "or `gpucluster inventory`")
-    if not path.is_file():
-        raise UsageError(f"{path}: no such inventory (give an inventory folder such as inventories/staging)")
-    return path
-
-
-def inventory_vars(path: Path) -> dict:
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        return {}
-    return ((data.get("all") or {}).get("vars") or {}) if isinstance(data, dict) else {}
-
-
 # ---------------------------------------------------------------- progress
+
+
+def diff_text(diff) -> str:
+    """A unified diff from Ansible's `diff` result (a dict or a list of them with before/after, or
+    `prepared` text); "" when there is none. Secrets never reach it: no_log results carry no diff."""
+    import difflib
+
+    items = diff if isinstance(diff, list) else [diff] if isinstance(diff, dict) else []
+    out = []
+    for d in items:
+        if not isinstance(d, dict):
+            continue
+        if d.get("prepared"):
+            out.append(str(d["prepared"]).rstrip("\n"))
+            continue
+        before, after = d.get("before"), d.get("after")
+        if not isinstance(before, str) or not isinstance(after, str) or before == after:
+            continue
+        lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                     str(d.get("before_header") or "before"), str(d.get("after_header") or "after"))
+        out.append("".join(lines).rstrip("\n"))
+    return "\n".join(out)
 
 
 def _ts(value: str | None) -> float | None:
@@ -158,6 +160,7 @@ class Progress:
         self.role_times: dict[str, float] = defaultdict(float)
         self.failures: dict[str, list[str]] = defaultdict(list)
         self.changes: dict[str, list[str]] = defaultdict(list)
+        self.diffs: dict[str, list[tuple[str, str]]] = defaultdict(list)
         self.stats: dict[str, HostStats] = {}
         self.warnings: list[str] = []
         self._last_role = None
@@ -229,6 +232,9 @@ class Progress:
             status = "changed" if changed else "ok"
             if status == "changed":
                 self.changes[host].append(where)
+                text = diff_text(res.get("diff"))
+                if text:
+                    self.diffs[host].append((where, text))
         elif kind == "runner_on_skipped":
             status = "skipped"
         elif kind == "runner_on_failed" and data.get("ignore_errors"):
@@ -262,43 +268,83 @@ class Progress:
 # ---------------------------------------------------------------- the run
 
 
+# The operator's environment reaches Ansible only through these names (and ANSIBLE_*, which the run
+# sets itself): ansible-runner records the environment it ran with in artifacts/<id>/command, and an
+# operator's shell holds tokens and passwords that have no business there.
+PASSED_ENV = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "SSH_AUTH_SOCK", "XDG_RUNTIME_DIR",
+              "GPUCLUSTER_HOME", "GPUCLUSTER_TRACE")
+
+
+def _runner_env(env: dict[str, str]) -> dict[str, str]:
+    """What ansible-playbook runs with: ansible-runner's own settings plus the few names it needs."""
+    keep = {k: v for k, v in env.items() if k.startswith(("ANSIBLE_", "AWX_", "RUNNER_")) or k in PASSED_ENV}
+    keep["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/sbin", "/usr/local/bin",
+                                    "/usr/sbin", "/usr/bin", "/sbin", "/bin"])
+    return keep
+
+
 def configure(inventory: str | os.PathLike, *, playbook: str = "site.yml", limit: str | None = None,
               tags: str | None = None, project: str | os.PathLike | None = None,
-              private_data_dir: str | os.PathLike | None = None, verbose: bool = False,
-              log: Log = print) -> ConfigureResult:
-    """Converge the cluster of `inventory` with playbooks/<playbook>; never raises for host failures."""
-    import ansible_runner
+              secrets: str | os.PathLike | None = None, check: bool = False, diff: bool = False,
+              batch: int | None = None, state_dir: str | os.PathLike | None = None,
+              verbose: bool = False, log: Log = print) -> ConfigureResult:
+    """Converge the cluster of `inventory` with playbooks/<playbook>; never raises for host failures.
+
+    Runs in the cluster's private state folder (gpucluster.paths.private_dir: 0700, owned by this user,
+    never a shared /tmp path), with a minimal environment. `secrets` is an extra-vars file (munge key,
+    slurmdbd password) checked first and handed to Ansible by path, so its values stay out of the run's
+    files. `check` and `diff` are Ansible's --check and --diff; `batch` runs the Slurm play that many
+    hosts at a time (serial)."""
+    from ansible_runner.interface import init_runner
+
+    from gpucluster.configure.secrets import read_secrets_file
+    from gpucluster.inventory.reader import load_inventory
 
     inv = inventory_file(inventory).resolve()
     proj = project_dir(project)
     book = proj / "playbooks" / playbook
     if not book.is_file():
         raise UsageError(f"{book}: no such playbook")
-    state = inventory_vars(inv).get("gpucluster_state_dir")
-    if private_data_dir is None:
-        private_data_dir = Path(state) / "runner" if state else Path(tempfile.gettempdir()) / "gpucluster-runner"
-    pdd = Path(private_data_dir)
-    pdd.mkdir(parents=True, exist_ok=True, mode=0o700)
-    progress = Progress(log, verbose)
-    log(f"configure: {book.relative_to(proj)} on {inv} (artifacts under {pdd}/artifacts)")
-    started = time.monotonic()
-    kwargs: dict[str, Any] = {}
-    if limit:
-        kwargs["limit"] = limit
+    inv_vars = load_inventory(inv).vars
+    cluster = inv_vars.get("gpucluster_cluster")
+    if not cluster:
+        raise UsageError(f"{inv}: not a gpucluster inventory (no gpucluster_cluster); write it with "
+                         "`gpucluster inventory SPEC -o DIR`")
+    state, secrets_dir = state_dirs(inv_vars, state_dir)
+    pdd = private_dir(state / "runner", what="Ansible run folder")
+    extravars: dict[str, Any] = {"gpucluster_state_dir": str(state), "gpucluster_secrets_dir": str(secrets_dir)}
+    if batch is not None:
+        if batch < 1:
+            raise UsageError(f"--batch {batch}: give at least 1 host per batch")
+        extravars["gpucluster_batch"] = batch
+    cmdline = []
+    if secrets is not None:
+        read_secrets_file(secrets)  # refuse a malformed or readable-by-others file before anything runs
+        cmdline += ["--extra-vars", f"@{Path(secrets).expanduser().resolve()}"]
     if tags:
-        kwargs["cmdline"] = f"--tags {tags}"
-    runner = ansible_runner.run(
+        cmdline += ["--tags", tags]
+    if check:
+        cmdline.append("--check")
+    if diff:
+        cmdline.append("--diff")
+    progress = Progress(log, verbose)
+    mode = " (check mode: nothing is changed)" if check else ""
+    log(f"configure: {book.relative_to(proj)} on {inv}{mode} (artifacts under {pdd}/artifacts)")
+    started = time.monotonic()
+    kwargs: dict[str, Any] = {"limit": limit} if limit else {}
+    if cmdline:
+        kwargs["cmdline"] = " ".join(shlex.quote(a) for a in cmdline)
+    runner = init_runner(
         private_data_dir=str(pdd),
         project_dir=str(proj),
         playbook=str(book),
         inventory=str(inv),
+        extravars=extravars,
         envvars={
             "ANSIBLE_CONFIG": str(proj / "ansible.cfg"),
             "ANSIBLE_NOCOLOR": "1",
             # ansible-runner turns host key checking off unless told otherwise; gpucluster keeps it on.
             "ANSIBLE_HOST_KEY_CHECKING": "True",
-            # ansible-playbook from the same environment as this Python (a virtualenv need not be activated).
-            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
         },
         event_handler=progress,
         quiet=True,
@@ -307,6 +353,8 @@ def configure(inventory: str | os.PathLike, *, playbook: str = "site.yml", limit
         verbosity=2 if verbose else 0,
         **kwargs,
     )
+    runner.config.env = _runner_env(runner.config.env)
+    runner.run()
     elapsed = time.monotonic() - started
     hosts = progress.stats
     failed = any(s.failed or s.unreachable for s in hosts.values())
@@ -318,7 +366,7 @@ def configure(inventory: str | os.PathLike, *, playbook: str = "site.yml", limit
     return ConfigureResult(rc=rc, status=runner.status, hosts=hosts, failures=failures,
                            role_times=dict(progress.role_times), elapsed=elapsed,
                            artifacts=Path(runner.config.artifact_dir), warnings=progress.warnings,
-                           changes=dict(progress.changes))
+                           changes=dict(progress.changes), diffs=dict(progress.diffs), check=check)
 
 
 def summary(result: ConfigureResult) -> str:
@@ -339,7 +387,7 @@ def summary(result: ConfigureResult) -> str:
             lines.append(f"  {role:{rw}s}  {secs:7.1f} s")
     if result.changes:
         lines.append("")
-        lines.append("changed")
+        lines.append("would change (check mode: nothing was changed)" if result.check else "changed")
         shown = 0
         for host in sorted(result.changes):
             for task in result.changes[host]:
@@ -348,14 +396,41 @@ def summary(result: ConfigureResult) -> str:
                 shown += 1
         if shown > 40:
             lines.append(f"  ... and {shown - 40} more")
+    if result.diffs:
+        # The same diff on many hosts is shown once, with the hosts it applies to (a fleet has thousands).
+        grouped: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for host in sorted(result.diffs):
+            for task, text in result.diffs[host]:
+                grouped[(task, text)].append(host)
+        lines.append("")
+        lines.append("differences")
+        for (task, text), hosts in grouped.items():
+            lines.append(f"  {_hostlist(hosts)}: [{task}]")
+            lines.extend(f"    {line}" for line in text.splitlines())
     if result.failures:
         lines.append("")
         lines.append(f"failed hosts: {', '.join(sorted(result.failures))}")
         for host in sorted(result.failures):
             for msg in result.failures[host]:
                 lines.append(f"  {host}: {msg}")
-    verdict = "converged" if result.ok else "NOT converged"
+    if result.check:
+        verdict = "check passed" if result.ok else "check FAILED"
+        counted = f"{result.changed} {_plural(result.changed, 'change')} would be made"
+    else:
+        verdict = "converged" if result.ok else "NOT converged"
+        counted = f"{result.changed} {_plural(result.changed, 'change')}"
     lines.append("")
-    lines.append(f"{verdict}: {len(result.hosts)} hosts, {result.changed} changes, {result.elapsed:.1f} s"
+    lines.append(f"{verdict}: {len(result.hosts)} {_plural(len(result.hosts), 'host')}, {counted}, "
+                 f"{result.elapsed:.1f} s"
                  + (f" (artifacts: {result.artifacts})" if result.artifacts else ""))
     return "\n".join(lines)
+
+
+def _plural(n: int, word: str) -> str:
+    return word if n == 1 else word + "s"
+
+
+def _hostlist(hosts: list[str]) -> str:
+    import hostlist
+
+    return hostlist.collect_hostlist(hosts)

@@ -6,8 +6,11 @@ the same command a user would type; the demo only sequences them and reads their
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -62,9 +65,14 @@ def run_job(staged, spec, plan) -> tuple[bool, str]:
 
 def demo(spec_path: str) -> int:
     """The whole chain; prints each step and a summary. Exit status: 0 when every step passed."""
+    from gpucluster import trace
     from gpucluster.cluster import load_cluster
     from gpucluster.stage.lifecycle import stage_up
 
+    # Count the spec parses and plans of the whole run, in this process and the ones it starts (configure's
+    # Ansible controller, validate): one compiled load means one of each.
+    trace_dir = Path(tempfile.mkdtemp(prefix="gpucluster-demo-"))  # 0700, unique
+    os.environ[trace.SETTING] = str(trace_dir / "trace")
     cluster = load_cluster(spec_path)
     spec, plan = cluster.spec, cluster.plan
     results: list[tuple[str, bool, float, str]] = []
@@ -97,10 +105,14 @@ def demo(spec_path: str) -> int:
         ok, detail = run_job(staged, spec, plan)
         record("slurm job", t0, ok, detail)
 
+    loads = trace.counts(trace_dir / "trace")
+    shutil.rmtree(trace_dir, ignore_errors=True)
     print("\nsummary")
     width = max(len(r[0]) for r in results)
     for name, ok, took, detail in results:
         print(f"  {name:{width}s}  {'ok    ' if ok else 'FAILED'}  {took:7.1f} s  {detail}")
+    print(f"  spec parses: {loads.get('parse', 0)}, plans: {loads.get('plan', 0)} (one compiled load for the whole "
+          "run: stage up compiled it; configure and validate read the compiled state)")
     ok = all(r[1] for r in results) and len(results) == total
     ctl = spec.groups_with_role("controller")[0].hosts[0]
     print(f"\nthe staged cluster stays up: ssh -F {staged.ssh_config} {ctl} sinfo")

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 from gpucluster.cluster import Cluster
+from gpucluster.configure.secrets import default_path, write_secrets_file
 from gpucluster.errors import UsageError
 from gpucluster.inventory.writer import write_inventory_data
 from gpucluster.paths import pulumi_project
@@ -24,7 +23,6 @@ from gpucluster.paths import pulumi_project
 SLURM_FILES = ("slurm.conf", "topology.conf", "gres.conf", "cgroup.conf")
 INSTALL_HINT = ("install the Pulumi CLI (https://www.pulumi.com/docs/install/: curl -fsSL https://get.pulumi.com | sh, "
                 "or brew install pulumi/tap/pulumi) and log in to the stack's backend")
-SECRET_VARS = ("munge_key_b64", "slurm_dbd_password")
 
 
 # ---------------------------------------------------------------- building
@@ -45,8 +43,7 @@ def inventory_args(cluster: Cluster, *, target: str, stack: str, addresses: dict
         staged = StagedCluster(nodes=addresses, ssh_key=Path(ssh_key_path or stage_dir / "id_ed25519"),
                                known_hosts=Path(known_hosts), ssh_config=stage_dir / "ssh_config", network="",
                                ssh_user=ssh_user)
-        extra.update({"gpucluster_staged": True, "gpucluster_secrets_dir": str(stage_dir / "secrets"),
-                      "gpucluster_state_dir": str(stage_dir)})
+        extra.update({"gpucluster_secrets_dir": str(stage_dir / "secrets"), "gpucluster_state_dir": str(stage_dir)})
         return connection_vars(staged), extra
     # Real clusters: per host only what differs (the address, when it is not the name); the rest once for
     # all hosts, which keeps a 25k-host inventory small.
@@ -149,48 +146,8 @@ def inventory_from_stack(stack: str, outdir: Path) -> Path:
 # ---------------------------------------------------------------- secrets for Ansible
 
 
-def _inside_checkout(path: Path) -> Path | None:
-    for d in (path.parent, *path.parent.parents):
-        if (d / ".git").exists() or (d / "Pulumi.yaml").is_file():
-            return d
-    return None
-
-
-def default_secrets_path(stack: str) -> Path:
-    """Per user, outside any checkout: $XDG_RUNTIME_DIR (tmpfs, gone at logout) or ~/.config."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and Path(runtime).is_dir():
-        base = Path(runtime) / "gpucluster"
-    else:
-        base = Path.home() / ".config" / "gpucluster"
-    return base / "secrets" / f"{stack}.json"
-
-
-def write_secrets_file(values: dict, path: Path) -> Path:
-    """Write Ansible extra vars with the cluster secrets: mode 0600 from the first byte, refused inside a
-    git checkout or Pulumi project (that is how secrets end up committed)."""
-    path = Path(path).expanduser().absolute()
-    repo = _inside_checkout(path)
-    if repo is not None:
-        raise UsageError(f"{path} is inside {repo}: secrets are never written into a checkout; "
-                         f"choose a path outside it (default {default_secrets_path('STACK')})")
-    missing = [k for k in SECRET_VARS if k in values and values[k] in (None, "", "[secret]")]
-    if missing:
-        raise UsageError(f"the stack output has no clear value for {', '.join(missing)}")
-    try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".secrets-", dir=path.parent)  # 0600 from creation
-        with os.fdopen(fd, "w") as fh:
-            json.dump(values, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot write the secrets file ({exc.strerror or exc})") from None
-    return path
-
-
 def secrets_from_stack(stack: str, path: Path | None = None) -> Path:
     values = stack_output(stack, "ansibleSecrets", show_secrets=True)
     if not isinstance(values, dict):
         raise UsageError(f"stack {stack}: ansibleSecrets is not a mapping; run pulumi up first")
-    return write_secrets_file(values, path or default_secrets_path(stack))
+    return write_secrets_file(values, path or default_path(stack))

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from gpucluster import trace
 from gpucluster.errors import Finding
 from gpucluster.spec.model import ClusterSpec, NodeGroup
 
@@ -182,6 +183,7 @@ def _divisors(n: int) -> list[int]:
 
 def plan_cluster(spec: ClusterSpec) -> Plan:
     """Plan the fabric and racks of a spec that passed the syntax layer. Raises PlanError."""
+    trace.mark("plan")
     findings: list[Finding] = []
     fab = spec.fabric
     parts = spec.parts

@@ -1,8 +1,11 @@
-"""Build the Ansible inventory from the spec and the plan.
+"""Build and write the Ansible inventory of a compiled cluster: one writer for staged and real clusters.
 
-Group names are a contract (docs/inventory.md); roles, playbooks, the validation suite and the
-Pulumi stack outputs all rely on them. Connection details (address, port, user, key) are the only
-thing that differs between a staged and a real cluster, and come in as `connection`.
+Group names are a contract (docs/inventory.md); roles, playbooks, the validation suite and the Pulumi
+stack outputs rely on them. Facts shared by many hosts are group facts, never copies per host: a node
+group's facts are `group_vars/nodegroup_<name>.yml`, the cluster's are `group_vars/all.yml`, and a
+node's leaf, rack and pod are small groups of host ranges (`gpu[0001:0032]`). So the size of hosts.yml
+grows with node groups, leaves and racks, not with nodes (Colossus 200k: 12 MB before, ~0.3 MB now).
+Connection details (address, port, user, key) are the only per-host data, and only where given.
 """
 
 from __future__ import annotations
@@ -15,33 +18,79 @@ import yaml
 
 from gpucluster.cluster import CONTRACT_GROUPS, Cluster
 from gpucluster.errors import UsageError
+from gpucluster.spec.model import NodeGroup
 
 GROUPS = CONTRACT_GROUPS
+# Each operator's own private state folder, evaluated by Ansible on the machine that runs it (the same
+# default as gpucluster.paths.state_dir): an inventory kept in a shared repository names no one's home.
+# `gpucluster configure` passes the folder it checked (0700, owned by the user) as an extra var anyway.
+DEFAULT_DIRS = {
+    "gpucluster_state_dir": "{{ lookup('ansible.builtin.env', 'XDG_STATE_HOME', default=lookup('ansible.builtin.env', "
+                            "'HOME') ~ '/.local/state') }}/gpucluster/{{ gpucluster_cluster }}",
+    "gpucluster_secrets_dir": "{{ gpucluster_state_dir }}/secrets",
+}
+HEADER = "# written by gpucluster (docs/inventory.md); `gpucluster inventory` rewrites it.\n"
+
+
+def nodegroup_name(group: str) -> str:
+    return f"nodegroup_{group.replace('-', '_')}"
+
+
+def host_range(group: NodeGroup, first: int, count: int) -> str:
+    """Ansible's host pattern for `count` consecutive nodes of a group from index `first` (0-based)."""
+    if count == 1:
+        return group.host(first)
+    head, _, tail = group.hostname.partition("#" * group.digits)
+    lo = group.first_index + first
+    return f"{head}[{lo:0{group.digits}d}:{lo + count - 1:0{group.digits}d}]{tail}"
+
+
+def _group_facts(cluster: Cluster, group: NodeGroup) -> dict:
+    out: dict = {"gpucluster_node_group": group.name}
+    if group in cluster.spec.fabric_groups:
+        out["gpucluster_rails"] = group.nics_per_node
+        out["gpucluster_hcas"] = cluster.hcas(group)
+    return out
 
 
 def inventory_data(cluster: Cluster, connection: dict[str, dict] | None = None,
                    extra_vars: dict | None = None) -> dict:
-    """YAML inventory as data: {all: {vars, children: {group: {hosts: {host: vars}}}}}."""
-    spec = cluster.spec
+    """The inventory as one document (a valid YAML/JSON Ansible inventory): group vars inline.
+    `write_inventory_data` splits it into hosts.yml and group_vars/."""
+    spec, plan = cluster.spec, cluster.plan
     connection = connection or {}
-    children: dict[str, dict] = {name: {"hosts": {}} for name in GROUPS}
-    node_groups: dict[str, dict] = {}
+    children: dict[str, dict] = {}
+    contract: dict[str, dict] = {name: {} for name in GROUPS}
     for group in spec.node_groups:
-        member_of = cluster.memberships(group)
-        hosts = {}
-        for i in range(group.count):
-            name = group.host(i)
-            hv = cluster.host_vars(group, i)
-            hv.update(connection.get(name, {}))
-            hosts[name] = hv
-            for contract in member_of:
-                children[contract]["hosts"][name] = None
-        node_groups[f"nodegroup_{group.name.replace('-', '_')}"] = {"hosts": hosts}
+        name = nodegroup_name(group.name)
+        if any(h in connection for h in group.hosts):
+            hosts = {h: (dict(connection[h]) if connection.get(h) else None) for h in group.hosts}
+        else:
+            hosts = {host_range(group, 0, group.count): None}
+        children[name] = {"hosts": hosts, "vars": _group_facts(cluster, group)}
+        for c in cluster.memberships(group):
+            contract[c].setdefault("children", {})[name] = None
     if cluster.dbd_host:
-        children["slurm_dbd"]["hosts"][cluster.dbd_host] = None
+        contract["slurm_dbd"]["hosts"] = {cluster.dbd_host: None}
+    locations: dict[str, dict] = {}
+    for unit in plan.units:
+        group = spec.group(unit.group)
+        locations[f"leaf_{unit.name}"] = {"hosts": {host_range(group, unit.first, unit.count): None},
+                                          "vars": {"gpucluster_leaf": unit.name}}
+    if plan.tiers == 3:
+        for pod in sorted({u.pod for u in plan.units}):
+            name = f"pod{pod + 1:03d}"
+            locations[f"pod_{name}"] = {"children": {f"leaf_{u.name}": None for u in plan.units if u.pod == pod},
+                                        "vars": {"gpucluster_pod": name}}
+    for group in spec.node_groups:
+        for rack, first in plan.racks[group.name]:
+            count = min(group.nodes_per_rack, group.count - first)
+            name = f"rack{rack:04d}"
+            locations[f"rack_{name}"] = {"hosts": {host_range(group, first, count): None},
+                                         "vars": {"gpucluster_rack": name}}
     all_vars = {"gpucluster_cluster": spec.name, "gpucluster_slurm_version": spec.slurm.version,
-                "gpucluster_fabric": spec.fabric.type, **(extra_vars or {})}
-    return {"all": {"vars": all_vars, "children": {**node_groups, **children}}}
+                "gpucluster_fabric": spec.fabric.type, **DEFAULT_DIRS, **(extra_vars or {})}
+    return {"all": {"vars": all_vars, "children": {**children, **contract, **locations}}}
 
 
 class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # libyaml: 20x faster on 25k hosts
@@ -51,23 +100,50 @@ class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # libyaml: 20x fa
 _Dumper.add_representer(type(None), lambda d, _: d.represent_scalar("tag:yaml.org,2002:null", ""))
 
 
-def write_inventory_data(outdir: Path, data: dict) -> Path:
-    """Write outdir/hosts.yml atomically from inventory data (ours, or a Pulumi stack's export)."""
+def _dump(data) -> str:
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=200)
+
+
+def inventory_files(data: dict) -> dict[str, str]:
+    """{relative path: text}: hosts.yml, group_vars/all.yml and one group_vars file per node group."""
     try:
         name = data["all"]["vars"]["gpucluster_cluster"]
-        data["all"]["children"]["slurm_compute"]
+        children = data["all"]["children"]
+        children["slurm_compute"]
     except (KeyError, TypeError):
         raise UsageError("not a gpucluster inventory (no all.vars.gpucluster_cluster or contract groups)") from None
+    files = {"group_vars/all.yml": HEADER + _dump(data["all"]["vars"])}
+    structure: dict[str, dict] = {}
+    for group, body in children.items():
+        body = dict(body or {})
+        if group.startswith("nodegroup_") and body.get("vars"):
+            files[f"group_vars/{group}.yml"] = HEADER + _dump(body.pop("vars"))
+        structure[group] = body
+    files["hosts.yml"] = (f"# Ansible inventory for {name}: written by gpucluster (docs/inventory.md). Group facts "
+                          "are in group_vars/.\n" + _dump({"all": {"children": structure}}))
+    return files
+
+
+def write_inventory_data(outdir: Path, data: dict) -> Path:
+    """Write the inventory folder (ours, or a Pulumi stack's export): hosts.yml and group_vars/. Files a
+    previous run wrote and this one does not are removed; files an operator added are kept."""
+    files = inventory_files(data)
     outdir = Path(outdir)
-    text = ("# Ansible inventory for " + name + ": written by gpucluster (docs/inventory.md).\n"
-            + yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=200))
     try:
-        outdir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".hosts-", dir=outdir)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, outdir / "hosts.yml")
+        (outdir / "group_vars").mkdir(parents=True, exist_ok=True)
+        staged = []
+        for rel, text in files.items():
+            target = outdir / rel
+            fd, tmp = tempfile.mkstemp(prefix=".gpucluster-", dir=target.parent)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text)
+            os.chmod(tmp, 0o644)
+            staged.append((tmp, target))
+        for tmp, target in staged:
+            os.replace(tmp, target)
+        for old in (outdir / "group_vars").glob("nodegroup_*.yml"):
+            if f"group_vars/{old.name}" not in files and old.read_text().startswith(HEADER):
+                old.unlink()
     except OSError as exc:
         raise UsageError(f"{outdir}: cannot write the inventory ({exc.strerror or exc})") from None
     return outdir / "hosts.yml"
@@ -75,5 +151,5 @@ def write_inventory_data(outdir: Path, data: dict) -> Path:
 
 def write_inventory(outdir: Path, cluster: Cluster, connection: dict[str, dict] | None = None,
                     extra_vars: dict | None = None) -> Path:
-    """Write outdir/hosts.yml for a cluster; returns its path."""
+    """Write the inventory folder of a cluster; returns the path of its hosts.yml."""
     return write_inventory_data(outdir, inventory_data(cluster, connection, extra_vars))

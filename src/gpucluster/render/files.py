@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from gpucluster import slurmtext
 from gpucluster.cluster import Cluster
 from gpucluster.errors import UsageError
 from gpucluster.fabric.cabling import CABLING_HEADER, bom_rows, cabling_rows
@@ -65,6 +66,20 @@ def render_nccl(cluster: Cluster) -> dict[str, str]:
         out[conf_name] = conf
         out[env_name] = env
     return out
+
+
+def profile_differences(cluster: Cluster) -> list[dict]:
+    """slurm.conf settings where the spec's profile differs from production, from the renderer itself
+    (the validator reports each: a staged cluster's differences are said, never passed silently)."""
+    spec = cluster.spec
+    if spec.slurm.profile == "production":
+        return []
+    prod_spec = spec.model_copy(update={"slurm": spec.slurm.model_copy(update={"profile": "production"})})
+    prod_cluster = Cluster(cluster.loaded.model_copy(update={"spec": prod_spec}), cluster.plan)
+    actual = slurmtext.settings(render_slurm(cluster)["slurm.conf"])
+    prod = slurmtext.settings(render_slurm(prod_cluster)["slurm.conf"])
+    return [{"key": k, "production": prod.get(k), "rendered": actual.get(k)}
+            for k in sorted(set(actual) | set(prod)) if actual.get(k) != prod.get(k)]
 
 
 def _csv(rows: list[list]) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from gpucluster import trace
 from gpucluster.errors import Finding, SpecError, did_you_mean, dotted
 from gpucluster.spec.model import ClusterSpec, LoadedSpec
 
@@ -27,6 +28,7 @@ def load_spec(path: str | Path) -> LoadedSpec:
     The meaning and the plan come from `gpucluster.cluster.load_cluster`, which calls this once."""
     path = Path(path)
     name = str(path)
+    trace.mark("parse")
     try:
         raw = path.read_bytes()
     except OSError as exc:

@@ -39,18 +39,14 @@ def stage_nodes(cluster: Cluster) -> list:
 
 
 def connection_vars(staged) -> dict[str, dict]:
+    """How Ansible reaches each staged node (loopback, its published port, the cluster's key)."""
     common = (f"-o UserKnownHostsFile={staged.known_hosts} -o StrictHostKeyChecking=yes "
               "-o ControlMaster=auto -o ControlPersist=60s")
-    out = {
+    return {
         name: {"ansible_host": host, "ansible_port": port, "ansible_user": staged.ssh_user,
                "ansible_ssh_private_key_file": str(staged.ssh_key), "ansible_ssh_common_args": common}
         for name, (host, port) in staged.nodes.items()
     }
-    # The node's fixed address on the cluster network: what /etc/hosts gives it (role common).
-    for name, address in staged.addresses.items():
-        if name in out:
-            out[name]["gpucluster_address"] = address
-    return out
 
 
 def inventory_dir_for(spec, given: str | None) -> Path:
@@ -60,8 +56,11 @@ def inventory_dir_for(spec, given: str | None) -> Path:
 def stage_up(spec_path: str, *, state: str | None = None, inventory: str | None = None,
              runtime: str | None = None, ulimits: list[str] | None = None, log=print,
              cluster: Cluster | None = None):
-    """Bring the staged cluster up (idempotent) and write its inventory. Returns (staged, inventory path)."""
-    from gpucluster.inventory import write_inventory
+    """Bring the staged cluster up (idempotent) and write its inventory the way an operator writes one for a
+    real fleet: `gpucluster inventory --ssh-config` on the ssh_config the stage wrote. The state folder is
+    the stage's own (keys, known_hosts, the compiled spec). Returns (staged, inventory path)."""
+    from gpucluster.compiled import compile_to
+    from gpucluster.inventory.build import build_inventory
     from gpucluster.stage.podman import StageConfig, up
 
     cluster = cluster or load_cluster(spec_path)
@@ -76,13 +75,9 @@ def stage_up(spec_path: str, *, state: str | None = None, inventory: str | None 
         cfg_kwargs["ulimits"] = tuple(ulimits)
     cfg = StageConfig(**cfg_kwargs)
     staged = up(cfg, stage_nodes(cluster), log=log)
-    secrets = cfg.state_dir / "secrets"
-    secrets.mkdir(mode=0o700, exist_ok=True)
-    path = write_inventory(
-        inventory_dir_for(spec, inventory), cluster, connection_vars(staged),
-        extra_vars={"gpucluster_spec": str(Path(spec_path).resolve()), "gpucluster_staged": True,
-                    "gpucluster_secrets_dir": str(secrets), "gpucluster_state_dir": str(cfg.state_dir)},
-    )
+    path = build_inventory(spec_path, inventory_dir_for(spec, inventory), ssh_config=staged.ssh_config,
+                           state_dir=cfg.state_dir, cluster=cluster)
+    compile_to(cluster, cfg.state_dir)  # this load's compile: configure and validate then parse nothing
     return staged, path
 
 

@@ -33,16 +33,17 @@ def _workers(text: str) -> int | str:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from gpucluster.inventory.reader import load_inventory
     from gpucluster.validate import expect, report, runner
-    from gpucluster.validate.inventory import load_inventory
     from gpucluster.validate.thresholds import load_thresholds
 
     t0 = time.perf_counter()
     inv = load_inventory(args.inventory)
     opts = expect.Options(limit=args.limit, thresholds=load_thresholds(args.thresholds),
                           nccl_bytes=args.nccl_bytes, nccl_binary=args.nccl_binary,
-                          run_id=time.strftime("%Y%m%d-%H%M%S") + f"-{int(time.time() * 1000) % 1000:03d}")
-    doc = expect.build(inv, opts)
+                          run_id=time.strftime("%Y%m%d-%H%M%S") + f"-{int(time.time() * 1000) % 1000:03d}",
+                          probes=args.probes)
+    doc = expect.build(inv, opts, state_dir=args.state_dir)
     hosts = doc["selected"]
     if not hosts:
         raise UsageError(f"{inv.path}: --limit {args.limit!r} selects no host")
@@ -129,6 +130,10 @@ def register(sub) -> None:
                         "command, multiplexed (for ProxyJump and other ssh_config features, chosen automatically "
                         "for hosts whose ansible_ssh_common_args need it)")
     p.add_argument("-k", dest="keyword", help="only checks matching this pytest -k expression")
+    p.add_argument("--probes", action="store_true", help="also run the probes that start a second slurmd with a "
+                   "foreign munge key on one compute node (it must fail to register): harmless, but ask for it")
+    p.add_argument("--state-dir", help="the cluster's private state folder (default: the inventory's, else "
+                   "$XDG_STATE_HOME/gpucluster/<cluster>)")
     p.add_argument("-v", "--verbose", action="store_true", help="stream pytest's own output")
     p.add_argument("--workdir", help="keep the run's files (expectations, logs, per-node JUnit) here")
     p.add_argument("--keep", action="store_true", help="keep the temporary run folder (and the flash-tier copy)")

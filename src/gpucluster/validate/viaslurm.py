@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpucluster.errors import UsageError
-from gpucluster.validate.inventory import Host, Inventory
+from gpucluster.inventory.reader import Host, Inventory
 from gpucluster.validate.runner import CHECKS_DIR, run_pytest
 
 # Pure-Python modules the nodes need; copied from this interpreter's environment.

@@ -148,8 +148,9 @@ def _require_hca(ctx, node, target, hca: str) -> dict:
         return {"devices": have, "links": links}
     info = ctx.cached(("rdma", target.host), probe)
     if info is None:
+        nic = ctx.doc["hosts"].get(target.host, {}).get("nic", {}).get("name", "")
         pytest.skip(f"{target.host}: no HCA: /sys/class/infiniband is empty (declared {hca}"
-                    f"{' - a staging stand-in' if ctx.doc['staged'] else ''})")
+                    f"{', on a NIC that is a ' + nic if 'stand-in' in nic else ''})")
     if hca not in info["devices"]:
         pytest.fail(f"{target.host}: HCA {hca} missing; RDMA devices: {', '.join(info['devices'])}", pytrace=False)
     return info

@@ -100,9 +100,9 @@ grep -h -i -E 'regist|authentic|credential|zero bytes|munge' $d/slurmd.out $d/sl
 
 @pytest.mark.per("slurm_compute", items=_first_compute)
 def test_foreign_munge_key_cannot_register(ctx, node, target, doc):
-    if not doc["staged"]:
-        pytest.skip(f"{target.host}: disruptive probe (a second slurmd with a foreign munge key); runs on "
-                    "staged clusters only")
+    if not doc["probes"]:
+        pytest.skip(f"{target.host}: probe not asked for (a second slurmd with a foreign munge key on this node); "
+                    "gpucluster validate --probes runs it")
     script = (_FOREIGN_PROBE.replace("CONF_DIR", shlex.quote(doc["slurm"]["conf_dir"]))
               .replace("PORT", "16818").replace("SECONDS", "20").replace("NODE", shlex.quote(target.host)))
     ctl_log = shlex.quote(doc["slurm"]["ctld_log"])

@@ -1,0 +1,145 @@
+"""The compiled state of a cluster: every rendered file and every fact the roles and the validator need,
+written once into the cluster's state folder and read by everyone after.
+
+    <state>/compiled/stamp.json     what it was compiled from (spec sha256, gpucluster version, templates)
+    <state>/compiled/facts.json     the facts (storage, fabric, NCCL files per node group, Slurm nodes, ...)
+    <state>/compiled/rendered/      `gpucluster render`'s files (the cabling map aside)
+
+`ensure_compiled` recompiles only when the stamp differs, so a demo run parses and plans the spec
+once: the demo (or `gpucluster inventory`) compiles, then the Ansible controller's compile step and
+`gpucluster validate` find the stamp unchanged and only read the files. A spec edited since is
+compiled again, by whichever step comes first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from functools import cache
+from pathlib import Path
+
+from gpucluster import __version__
+from gpucluster.cluster import Cluster, load_cluster
+from gpucluster.render import render_all, templates_dir
+from gpucluster.render.files import nccl_texts, profile_differences
+from gpucluster.render.topology import slurm_switches
+
+COMPILED = "compiled"
+FACTS_VERSION = 1
+
+
+@cache
+def _digest(root: str, pattern: str) -> str:
+    h = hashlib.sha256()
+    for p in sorted(Path(root).rglob(pattern)):
+        if p.is_file():
+            h.update(str(p.relative_to(root)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def stamp_of(spec_path: str | os.PathLike) -> dict:
+    """What a compile depends on: the spec's bytes, the templates, and the code that compiles (a checkout
+    changes without a version bump). Hashing them costs a few ms; parsing and planning ~0.5 s."""
+    data = Path(spec_path).read_bytes()
+    return {"spec": str(Path(spec_path).resolve()), "spec_sha256": hashlib.sha256(data).hexdigest(),
+            "gpucluster": __version__, "code": _digest(str(Path(__file__).parent), "*.py"),
+            "templates": _digest(str(templates_dir()), "*"), "facts": FACTS_VERSION}
+
+
+def facts(cluster: Cluster, rendered: dict[str, str]) -> dict:
+    """The facts of a compiled cluster as plain data (JSON): what roles and the validator read."""
+    spec, plan = cluster.spec, cluster.plan
+    groups = {}
+    for g in spec.node_groups:
+        entry: dict = {"role": g.role, "count": g.count, "hosts": g.hostlist,
+                       "memberships": list(cluster.memberships(g))}
+        if g.gpu and g.gpus_per_node:
+            gpu = spec.parts.gpus[g.gpu]
+            entry["gpu"] = {"key": g.gpu, "vendor": gpu.vendor, "name": gpu.name, "count": g.gpus_per_node,
+                            "slurm_type": gpu.slurm_type, "memory_gb": gpu.memory_gb,
+                            "devices": list(cluster.gpu_devices(g)), "gres": cluster.gres(g)}
+        if g.nic and g.nics_per_node:
+            entry["nic"] = {"key": g.nic, "name": spec.parts.nics[g.nic].name, "speed_gbps": cluster.nic_speed(g),
+                            "hcas": cluster.hcas(g)}
+        groups[g.name] = entry
+    nccl = {name: {"conf_name": conf, "env_name": env, "vendor": cluster.gpu_vendor(spec.group(name)),
+                   "gpus_per_node": spec.group(name).gpus_per_node}
+            for name, (conf, env, _c, _e) in nccl_texts(cluster).items()}
+    nodes = {}
+    for g in spec.groups_with_role("compute"):
+        parts = [p.name for p in spec.slurm.partitions if g.name in p.groups]
+        for host in g.hosts:
+            nodes[host] = {"gres": cluster.gres(g), "partitions": parts, "node_group": g.name}
+    switches = [{"name": s.name, "level": s.level, "nodes": list(s.nodes), "switches": list(s.switches)}
+                for s in slurm_switches(plan)] if spec.slurm.topology == "tree" else []
+    return {
+        "cluster": spec.name,
+        "spec": str(cluster.source.resolve()),
+        "node_groups": groups,
+        "contract_groups": {k: v for k, v in cluster.contract_groups.items() if v},
+        "dbd_host": cluster.dbd_host,
+        "storage": cluster.storage,
+        "fabric": cluster.fabric,
+        "nccl": nccl,
+        "slurm": {"version": spec.slurm.version, "topology": spec.slurm.topology, "profile": spec.slurm.profile,
+                  "profile_differences": profile_differences(cluster),
+                  "accounting": spec.slurm.accounting, "nodes": nodes, "switches": switches,
+                  "files": sorted(n for n in rendered if n in ("slurm.conf", "gres.conf", "cgroup.conf",
+                                                               "topology.conf"))},
+        "rendered": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in sorted(rendered.items())},
+    }
+
+
+def compile_to(cluster: Cluster, state_dir: str | os.PathLike) -> Path:
+    """Render and write the compiled state of `cluster` under state_dir/compiled, replacing the old one
+    whole (a sibling folder, then renames: readers see the old set or the new one)."""
+    from gpucluster.paths import private_dir
+
+    state = private_dir(state_dir)
+    rendered = {name: (v if isinstance(v, str) else "".join(v())) for name, v in
+                render_all(cluster, cabling=False).items()}
+    doc = facts(cluster, rendered)
+    tmp = Path(tempfile.mkdtemp(prefix=".compiled-", dir=state))
+    try:
+        (tmp / "rendered").mkdir()
+        for name, text in rendered.items():
+            (tmp / "rendered" / name).write_text(text)
+        (tmp / "facts.json").write_text(json.dumps(doc, indent=1) + "\n")
+        (tmp / "stamp.json").write_text(json.dumps(stamp_of(cluster.source), indent=1) + "\n")
+        for p in [tmp, *tmp.rglob("*")]:
+            p.chmod(0o700 if p.is_dir() else 0o600)
+        target = state / COMPILED
+        old = state / f".{COMPILED}-old"
+        shutil.rmtree(old, ignore_errors=True)
+        if target.exists():
+            os.replace(target, old)
+        os.replace(tmp, target)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return state / COMPILED
+
+
+def is_current(spec_path: str | os.PathLike, state_dir: str | os.PathLike) -> bool:
+    try:
+        have = json.loads((Path(state_dir) / COMPILED / "stamp.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return have == stamp_of(spec_path)
+
+
+def ensure_compiled(spec_path: str | os.PathLike, state_dir: str | os.PathLike,
+                    cluster: Cluster | None = None) -> tuple[Path, bool]:
+    """(the compiled folder, whether it was compiled now). Parses and plans the spec only when the
+    compiled state is missing or was compiled from something else."""
+    if is_current(spec_path, state_dir):
+        return Path(state_dir) / COMPILED, False
+    return compile_to(cluster or load_cluster(spec_path), state_dir), True
+
+
+def read_facts(state_dir: str | os.PathLike) -> dict:
+    return json.loads((Path(state_dir) / COMPILED / "facts.json").read_text())

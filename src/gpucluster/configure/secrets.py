@@ -1,0 +1,113 @@
+"""The cluster's secrets as an Ansible extra-vars file: written once (generated here, or from a Pulumi
+stack's outputs), read by `gpucluster configure --secrets FILE`.
+
+The file holds `munge_key_b64` (the munge key, base64) and `slurm_dbd_password`. It is written 0600
+from its first byte, never inside a checkout or Pulumi project (that is how secrets end up in git),
+and read only when no other user can read it. Values never reach a log: errors name the key, never
+its value.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import re
+import secrets
+import stat
+import string
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from gpucluster.errors import UsageError
+
+SECRET_VARS = ("munge_key_b64", "slurm_dbd_password")
+MUNGE_KEY_BYTES = 1024  # what `mungekey` makes; munged needs at least 32
+MUNGE_KEY_MIN = 32
+PASSWORD_RE = re.compile(r"^[A-Za-z0-9._~+=-]{16,128}$")  # lands in slurmdbd.conf and a MariaDB GRANT
+
+
+def generate() -> dict[str, str]:
+    """A new munge key (1024 random bytes) and a slurmdbd password (32 letters and digits)."""
+    alphabet = string.ascii_letters + string.digits
+    return {"munge_key_b64": base64.b64encode(secrets.token_bytes(MUNGE_KEY_BYTES)).decode(),
+            "slurm_dbd_password": "".join(secrets.choice(alphabet) for _ in range(32))}
+
+
+def _inside_checkout(path: Path) -> Path | None:
+    for d in (path.parent, *path.parent.parents):
+        if (d / ".git").exists() or (d / "Pulumi.yaml").is_file():
+            return d
+    return None
+
+
+def default_path(name: str) -> Path:
+    """Per user, outside any checkout: $XDG_RUNTIME_DIR (tmpfs, gone at logout) or ~/.config."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = Path(runtime) / "gpucluster" if runtime and Path(runtime).is_dir() else \
+        Path.home() / ".config" / "gpucluster"
+    return base / "secrets" / f"{name}.json"
+
+
+def write_secrets_file(values: dict, path: Path) -> Path:
+    """Write the extra-vars file: mode 0600 from creation, refused inside a git checkout or Pulumi project."""
+    path = Path(path).expanduser().absolute()
+    repo = _inside_checkout(path)
+    if repo is not None:
+        raise UsageError(f"{path} is inside {repo}: secrets are never written into a checkout; "
+                         f"choose a path outside it (default {default_path('NAME')})")
+    missing = [k for k in SECRET_VARS if k in values and values[k] in (None, "", "[secret]")]
+    if missing:
+        raise UsageError(f"no clear value for {', '.join(missing)}")
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".secrets-", dir=path.parent)  # 0600 from creation
+        with os.fdopen(fd, "w") as fh:
+            json.dump(values, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write the secrets file ({exc.strerror or exc})") from None
+    return path
+
+
+def read_secrets_file(path: str | os.PathLike) -> dict[str, str]:
+    """Check an extra-vars file before Ansible reads it: a regular file only its owner can read, JSON or
+    YAML, only the keys gpucluster knows, each well formed. Raises UsageError naming the key."""
+    p = Path(path).expanduser()
+    try:
+        st = os.stat(p)
+    except OSError as exc:
+        raise UsageError(f"{p}: cannot read the secrets file ({exc.strerror or exc}); write one with "
+                         "`gpucluster secrets --generate -o FILE` or `--pulumi-stack NAME`") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"{p}: the secrets file is not a regular file")
+    if st.st_mode & 0o077:
+        raise UsageError(f"{p}: the secrets file can be read by other users (mode {stat.S_IMODE(st.st_mode):04o}); "
+                         f"run chmod 600 {p}")
+    try:
+        data = yaml.safe_load(p.read_text())  # JSON is YAML
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark else ""
+        raise UsageError(f"{p}{where}: not a JSON or YAML mapping of secrets; write it with "
+                         "`gpucluster secrets --generate -o FILE`") from None
+    if not isinstance(data, dict) or not data:
+        raise UsageError(f"{p}: not a mapping of secrets ({', '.join(SECRET_VARS)})")
+    unknown = sorted(str(k) for k in data if k not in SECRET_VARS)
+    if unknown:
+        raise UsageError(f"{p}: unknown key(s) {', '.join(unknown)}; a secrets file holds only "
+                         f"{', '.join(SECRET_VARS)}")
+    if "munge_key_b64" in data:
+        try:
+            key = base64.b64decode(str(data["munge_key_b64"]), validate=True)
+        except (binascii.Error, ValueError):
+            raise UsageError(f"{p}: munge_key_b64 is not base64; write the output of `base64 -w0 munge.key`") from None
+        if len(key) < MUNGE_KEY_MIN:
+            raise UsageError(f"{p}: munge_key_b64 decodes to {len(key)} bytes; munged needs at least {MUNGE_KEY_MIN}")
+    if "slurm_dbd_password" in data and not PASSWORD_RE.match(str(data["slurm_dbd_password"])):
+        raise UsageError(f"{p}: slurm_dbd_password must be 16-128 characters of letters, digits and ._~+=-")
+    return {k: str(v) for k, v in data.items()}

@@ -1,0 +1,44 @@
+"""`gpucluster inventory`'s work: compile the spec, read how each host is reached, write the folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gpucluster.cluster import Cluster, load_cluster
+from gpucluster.inventory.sources import from_hosts_file, from_ssh_config
+from gpucluster.inventory.writer import write_inventory
+
+
+def connections(cluster: Cluster, *, ssh_config: str | os.PathLike | None = None,
+                hosts_file: str | os.PathLike | None = None) -> dict[str, dict]:
+    """Ansible connection variables per host from the source given ({} without one: hosts by name)."""
+    if ssh_config:
+        return from_ssh_config(ssh_config, cluster.hosts, spec_file=str(cluster.source))
+    if hosts_file:
+        return from_hosts_file(hosts_file, cluster.hosts, spec_file=str(cluster.source))
+    return {}
+
+
+def inventory_vars(cluster: Cluster, connection: dict[str, dict], state_dir: str | os.PathLike | None) -> tuple:
+    """(per-host connection vars, all-vars): what every host shares goes to group_vars/all.yml once."""
+    extra: dict = {"gpucluster_spec": str(cluster.source.resolve())}
+    if state_dir:
+        extra["gpucluster_state_dir"] = str(Path(state_dir).expanduser().absolute())
+    if connection and len(connection) == len(cluster.hosts):
+        for key in ("ansible_user", "ansible_ssh_private_key_file", "ansible_ssh_common_args", "ansible_port"):
+            values = {repr(c.get(key)) for c in connection.values()}
+            if len(values) == 1 and key in next(iter(connection.values())):
+                extra[key] = next(iter(connection.values()))[key]
+                connection = {h: {k: v for k, v in c.items() if k != key} for h, c in connection.items()}
+    return {h: c for h, c in connection.items() if c}, extra
+
+
+def build_inventory(spec: str | os.PathLike, output: str | os.PathLike, *, ssh_config=None, hosts_file=None,
+                    state_dir=None, cluster: Cluster | None = None) -> Path:
+    """Write the inventory folder of a spec; returns its hosts.yml. Raises SpecError (located) for a bad
+    spec, ssh_config or hosts file: nothing is written then."""
+    cluster = cluster or load_cluster(spec)
+    per_host, extra = inventory_vars(cluster, connections(cluster, ssh_config=ssh_config, hosts_file=hosts_file),
+                                     state_dir)
+    return write_inventory(Path(output), cluster, per_host, extra)
