@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from gpucluster.errors import Finding
 from gpucluster.fabric import Plan, PlanError, plan_cluster
 from gpucluster.fabric.cabling import CABLING_HEADER, cabling_rows
+from gpucluster.fabric.explain import explain
 from gpucluster.spec.checks import check_meaning
 from gpucluster.spec.model import LoadedSpec, parse_ratio
 
@@ -207,6 +208,43 @@ def check_bisection(plan: Plan) -> None:
         assert plan.bisection_tbps <= plan.endpoints * plan.speed_gbps / 2 / 1000
 
 
+def most_down(radix: int, ratio: float) -> int:
+    """The most downlinks a switch takes at this oversubscription, by search (independent of the planner)."""
+    return max(d for d in range(radix + 1) if d + max(1, math.ceil(d / ratio - 1e-9)) <= radix)
+
+
+def check_explanations(plan: Plan, c: Cabling) -> None:
+    """A count gets an explanation exactly when it is above its arithmetic minimum, and says by how much.
+    Minimums come from the cabling map and the spec's ratios, not from the planner's figures."""
+    fab = plan.spec.fabric
+    got = {e.subject: e for e in explain(plan)}
+    leaf, spine = plan.tier("leaf"), plan.tier("spine")
+    r1 = fab.ratio("leaf")
+    need = lambda down, ratio: max(1, math.ceil(down / ratio - 1e-9))  # noqa: E731
+    leaf_links = sum(c.up_ports[sw] for sw in c.devices["leaf"])
+    counted = {
+        "leaf switches": (len(c.devices["leaf"]), math.ceil(plan.endpoints / most_down(leaf.radix, r1))),
+        "leaf-spine links": (leaf_links, sum(need(c.down_ports[sw], r1) for sw in c.devices["leaf"])),
+        "spine switches": (len(c.devices["spine"]), math.ceil(
+            leaf_links / (spine.radix if plan.tiers == 2 else most_down(spine.radix, fab.ratio("spine"))))),
+    }
+    if plan.tiers == 3:
+        r2 = fab.ratio("spine")
+        spine_links = sum(c.up_ports[sw] for sw in c.devices["spine"])
+        counted["spine-core links"] = (spine_links, sum(need(c.down_ports[sw], r2) for sw in c.devices["spine"]))
+        counted["core switches"] = (len(c.devices["core"]), math.ceil(spine_links / plan.tier("core").radix))
+    for subject, (count, minimum) in counted.items():
+        assert count >= minimum, (subject, count, minimum)
+        if count == minimum:
+            assert subject not in got, got[subject].render()
+        else:
+            e = got.get(subject)
+            assert e is not None, f"{subject}: {count} > {minimum} and no explanation"
+            assert (e.count, e.minimum, e.excess) == (count, minimum, count - minimum)
+            assert e.why and e.fix and f"{count:,}" in e.render()
+    assert set(got) <= set(counted)
+
+
 def check_counts(plan: Plan) -> None:
     spec = plan.spec
     assert plan.nodes == sum(g.count for g in spec.node_groups)
@@ -226,6 +264,7 @@ def check_counts(plan: Plan) -> None:
 def test_example_cabling(name):
     _loaded, plan = loaded_example(name)
     c = check_cabling(plan)
+    check_explanations(plan, c)
     # no node sits under two Slurm leaves, though rail-optimised nodes reach several physical leaves
     for host, leaves in c.host_leaf.items():
         unit = plan.unit_of_host[host]
@@ -422,7 +461,7 @@ def test_generated_plans_hold_every_invariant(data):
     check_ratios(plan, findings)
     check_bisection(plan)
     check_slurm_tree(plan)
-    check_cabling(plan)
+    check_explanations(plan, check_cabling(plan))
     assert plan.tiers in (2, 3) and (data["fabric"]["tiers"] == "auto" or plan.tiers == data["fabric"]["tiers"])
 
 
@@ -464,7 +503,7 @@ def test_partial_pods_and_units_hold_every_invariant(data):
     check_ratios(plan, findings)
     check_bisection(plan)
     check_slurm_tree(plan)
-    check_cabling(plan)
+    check_explanations(plan, check_cabling(plan))
     assert plan.links["spine-core"] <= full_pod_spine_core_links(plan)
     assert all(p.spines <= plan.spines_per_group for p in plan.pod_plans)
     fewer = plan.switches["spine"] < plan.pods * plan.rail_groups * plan.spines_per_group
