@@ -36,6 +36,11 @@ def _offsets(counts: list[int]) -> list[int]:
     return out
 
 
+def cabling_chunks(plan: Plan) -> int:
+    """How many chunks cabling_rows yields (one per unit, then one per spine with 3 tiers): a progress total."""
+    return len(plan.units) + (plan.switches["spine"] if plan.tiers == 3 else 0)
+
+
 def cabling_rows(plan: Plan) -> Iterator[str]:
     """CSV text for every link: node NIC -> leaf, leaf -> spine, spine -> core; one chunk per unit/spine.
 
