@@ -81,7 +81,7 @@ class Screen:
             table.add_column(header, no_wrap=True, justify="right" if i in right else "left")
         for row in rows:
             table.add_row(*map(str, row))
-        width = self.console.measure(table).maximum
+        width = self.console.measure(table, options=self.console.options.update_width(10**6)).maximum
         if width <= self.console.width:
             self.console.print(table)
             return
