@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 
+import hostlist
 import pytest
 from conftest import EXAMPLES, example_path, generic_spec, spec_from_data
 
@@ -89,3 +90,4 @@ def test_every_rack_lands_on_the_leaves_of_its_nodes(name):
             assert set(expected) <= set(rack.leaves)
     for rack in racks.racks:  # and nothing more: no leaf that the rack's nodes do not use
         assert {leaf.split("-r")[0] for leaf in rack.leaves} == units_of[rack.name]
+        assert hostlist.expand_hostlist(rack.leaf_list) == list(rack.leaves)  # as the page lists them

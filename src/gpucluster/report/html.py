@@ -44,10 +44,11 @@ def slots(rack: Rack) -> list[Slot]:
 def _environment():
     from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-    from gpucluster.render.templating import templates_dir
+    from gpucluster.render.templating import _bytecode_cache, templates_dir
 
     env = Environment(loader=FileSystemLoader(str(templates_dir() / "report")), autoescape=True,
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                      bytecode_cache=_bytecode_cache())
     return env
 
 

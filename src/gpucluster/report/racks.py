@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import hostlist
-
 from gpucluster.fabric import Plan, Unit
 from gpucluster.fabric.cabling import endpoint_media, leaf_name
 from gpucluster.spec.model import NodeGroup
@@ -26,14 +24,12 @@ class Rack:
     capacity: int  # nodes_per_rack
     leaves: tuple[str, ...] = ()  # the leaf of each rail, in rail order (several units: all of them)
     tor: bool = False  # the leaf sits in this rack (copper); otherwise at the end of the row
+    leaf_list: str = ""  # the leaves as a hostlist: "su0001-r[0-7]"
 
     @property
     def hosts(self) -> str:
         return self.first if self.first == self.last else f"{self.first}–{self.last}"
 
-    @property
-    def leaf_list(self) -> str:
-        return hostlist.collect_hostlist(list(self.leaves)) if self.leaves else ""
 
 
 @dataclass
@@ -76,12 +72,23 @@ def build_racks(plan: Plan) -> RackPlan:
         for number, first in plan.racks[g.name]:
             n = min(g.nodes_per_rack, g.count - first)
             leaves: tuple[str, ...] = ()
+            listed = ""
             if on_fabric:
                 units = _units(plan, g, first_unit[g.name], first, n)
                 leaves = tuple(leaf_name(plan, u, r) for u in units for r in range(len(u.leaves)))
+                listed = ",".join(_leaf_range(plan, u) for u in units)
             out.racks.append(Rack(f"rack{number:04d}", g.name, g.role, g.host(first), g.host(first + n - 1), n,
-                                  g.nodes_per_rack, leaves, tor and on_fabric))
+                                  g.nodes_per_rack, leaves, tor and on_fabric, listed))
     return out
+
+
+def _leaf_range(plan: Plan, unit: Unit) -> str:
+    """A unit's leaves as one hostlist expression, written directly (python-hostlist's collect costs
+    ~0.1 ms a call, 0.4 s for Colossus 200k's racks)."""
+    rails = len(unit.leaves)
+    if rails == 1:
+        return leaf_name(plan, unit, 0)
+    return f"{unit.name}-r[0-{rails - 1}]"
 
 
 def _units(plan: Plan, group: NodeGroup, first_unit: int, first: int, count: int) -> list[Unit]:
