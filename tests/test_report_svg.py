@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 import pytest
 from conftest import GOLDEN_DIR, example_path, loaded_example
 
-from gpucluster.report.diagram import fabric_svg, inline_svg
+from gpucluster.report.diagram import fabric_svg, inline_svg, to_dot
+from gpucluster.report.view import build_view
 
 pytestmark = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed "
                                 "(scripts/setup.sh installs it)")
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's 
 NS = {"s": "http://www.w3.org/2000/svg"}
 DIAGRAMS = ["staging", "meta-24k-roce", "colossus-200k"]
 NUMBER = r"\d[\d,]*"
+GAP = 3  # points between a bundle label and anything beside it
 
 
 @dataclass
@@ -44,7 +46,6 @@ class Diagram:
     nodes: list[Shape] = field(default_factory=list)
     clusters: list[Shape] = field(default_factory=list)
     edges: list[Shape] = field(default_factory=list)
-    label_points: list[tuple[float, float]] = field(default_factory=list)
 
     def tier(self, name: str) -> list[Shape]:
         return [n for n in self.nodes if f"tier-{name}" in n.classes]
@@ -94,7 +95,6 @@ def read_svg(svg: str) -> Diagram:
             d.clusters.append(_shape(g, outline_only=True))
         elif "edge" in cls:
             d.edges.append(_shape(g, outline_only=False))
-            d.label_points += [(float(t.get("x")), float(t.get("y"))) for t in g.findall("s:text", NS)]
     return d
 
 
@@ -205,11 +205,43 @@ def test_no_boxes_overlap_and_tiers_are_rows(diagrams, name):
     for i, a in enumerate(d.clusters):
         for b in d.clusters[i + 1:]:
             assert not overlap(a.box, b.box), (a.texts[0], b.texts[0])
-    for x, y in d.label_points:  # a bundle's label never sits on a box
-        assert not any(n.box[0] < x < n.box[2] and n.box[1] < y < n.box[3] for n in boxes), (x, y)
     rows = [t for t in ("core", "spine", "leaf", "nodes") if d.tier(t)]
     for upper, lower in itertools.pairwise(rows):
         assert max(n.box[3] for n in d.tier(upper)) < min(n.box[1] for n in d.tier(lower)), (upper, lower)
+
+
+def label_layout(plan) -> tuple[list[tuple[int, str, tuple]], list[tuple]]:
+    """Bundle label lines and boxes as Graphviz measured them (its JSON output holds each text line's
+    width in the font it used; the SVG does not): [(bundle, text, box)], [box]. Same input, same layout."""
+    layout = json.loads(to_dot(build_view(plan)).pipe(format="json"))
+    labels = []
+    for n, edge in enumerate(layout.get("edges", [])):
+        size = 0.0
+        for op in edge.get("_ldraw_", []):
+            if op["op"] == "F":
+                size = op["size"]
+            elif op["op"] == "T":
+                (x, y), half = op["pt"], op["width"] / 2 + GAP  # a visible gap, not just no overlap
+                labels.append((n, op["text"], (x - half, y - 0.2 * size, x + half, y + 0.8 * size)))
+    boxes = []
+    for obj in layout["objects"]:
+        points = [p for op in obj.get("_draw_", []) for p in op.get("points", [])]
+        if points and "nodes" not in obj:  # a box, not a cluster
+            xs, ys = [p[0] for p in points], [p[1] for p in points]
+            boxes.append((min(xs), min(ys), max(xs), max(ys)))
+    return labels, boxes
+
+
+@pytest.mark.parametrize("name", DIAGRAMS)
+def test_bundle_labels_sit_on_no_box_and_no_other_label(diagrams, name):
+    plan, d = diagrams[name]
+    labels, boxes = label_layout(plan)
+    assert len(boxes) == len(d.nodes) and len(labels) == sum(len(e.texts) for e in d.edges)
+    for _n, text, box in labels:
+        assert not any(overlap(box, b) for b in boxes), text
+    for i, (n_a, a, box_a) in enumerate(labels):
+        for n_b, b, box_b in labels[i + 1:]:
+            assert n_a == n_b or not overlap(box_a, box_b), (a, b)
 
 
 def test_colossus_200k_is_folded_into_a_readable_diagram(diagrams):

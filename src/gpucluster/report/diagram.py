@@ -9,6 +9,7 @@ graphviz package (scripts/setup.sh installs it). Both are long-lived and maintai
 from __future__ import annotations
 
 import html
+import re
 
 from gpucluster.errors import OperationError
 from gpucluster.fabric import Plan
@@ -34,7 +35,7 @@ def to_dot(view: View):
     import graphviz
 
     g = graphviz.Digraph("fabric", graph_attr={
-        "rankdir": "BT", "newrank": "true", "nodesep": "0.35", "ranksep": "0.9", "fontname": FONT,
+        "rankdir": "BT", "newrank": "true", "nodesep": "0.6", "ranksep": "0.9", "fontname": FONT,
         "fontsize": "16", "label": view.title, "labelloc": "t", "splines": "spline", "bgcolor": "white",
     }, node_attr={"shape": "box", "style": "rounded,filled", "fontname": FONT, "fontsize": "11",
                   "margin": "0.08,0.04"},
@@ -81,6 +82,10 @@ def fabric_svg(plan: Plan, expand: int | None = None) -> str:
 
 
 def inline_svg(svg: str) -> str:
-    """The <svg> element alone (no XML prolog or DOCTYPE), to sit inside an HTML page."""
+    """The <svg> element alone (no XML prolog or DOCTYPE), to sit inside an HTML page, sized in CSS pixels
+    rather than points (a quarter smaller: Colossus 200k's diagram fits a wide screen, its 11 px text stays
+    legible). The viewBox keeps every coordinate as Graphviz wrote it."""
     start = svg.find("<svg")
-    return svg[start:] if start >= 0 else svg
+    element = svg[start:] if start >= 0 else svg
+    head, sep, rest = element.partition(">")
+    return re.sub(r'(width|height)="([\d.]+)pt"', r'\1="\2px"', head) + sep + rest

@@ -138,7 +138,7 @@ def _pod(plan: Plan, view: View, gid: str, pods: list[PodPlan], expanded: bool) 
     reach = pod.planes * plan.cores_per_plane
     ratio = _ratio(pod.spine_down, pod.spine_up)
     view.bundles.append(Bundle(spine_id, "core", [
-        f"{pod.spine_up} × {plan.speed_gbps}G a spine, {pod.links_per_core} to each of {plural(reach, 'core')}",
+        f"{pod.spine_up} × {plan.speed_gbps}G a spine", f"{pod.links_per_core} to each of {plural(reach, 'core')}",
         f"{groups * pod.spines * pod.spine_up:,} links a pod · {ratio}"]))
     members = plan.units[pod.first_unit:pod.first_unit + pod.units]
     if expanded:
@@ -189,11 +189,11 @@ def _unit(plan: Plan, view: View, uid: str, units: list[Unit], spine_id: str, sp
     ratio = _ratio(_leaf_down(plan, u), u.up)
     per_pod = sum(len(x.leaves) * x.up for x in units)
     view.bundles.append(Bundle(uid, spine_id, [
-        f"{u.up} × {plan.speed_gbps}G a leaf, {u.up // spines} to each of {plural(spines, 'spine')}",
+        f"{u.up} × {plan.speed_gbps}G a leaf", f"{u.up // spines} to each of {plural(spines, 'spine')}",
         f"{per_pod:,} links · {ratio}"]))
     gpu = f" × {group.gpus_per_node} {group.gpu}" if group.gpu else ""
     media = endpoint_media(plan)
-    node_label = [f"{plan.rails} × {plan.speed_gbps}G a node ({media})" + (", one per rail" if rail else "")]
+    node_label = [f"{plan.rails} × {plan.speed_gbps}G a node ({media})"] + (["one per rail"] if rail else [])
     if racks:
         first_rack = None
         for i in range(u.first, u.first + u.count):
