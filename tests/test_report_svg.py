@@ -1,7 +1,7 @@
 """The fabric diagram, read back from the SVG Graphviz wrote: what it holds must add up to the plan.
 
 Every figure expected here comes from the plan (switch and link counts, pods, units, nodes); the golden
-file per example (tests/golden/<example>/diagram.json) pins the folded structure, its box titles and
+file per example (tests/golden/diagram/<example>.json) pins the folded structure, its box titles and
 bundle labels, and is regenerated with GPUCLUSTER_UPDATE_GOLDEN=1. Geometry is checked from the SVG's own
 coordinates: no two boxes overlap, pods hold their boxes, tiers are rows.
 """
@@ -286,7 +286,7 @@ def structure(d: Diagram) -> dict:
 @pytest.mark.parametrize("name", DIAGRAMS)
 def test_diagram_structure_matches_golden(diagrams, name):
     got = structure(diagrams[name][1])
-    path = GOLDEN_DIR / name / "diagram.json"
+    path = GOLDEN_DIR / "diagram" / f"{name}.json"
     if os.environ.get("GPUCLUSTER_UPDATE_GOLDEN") == "1":
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(got, indent=1, ensure_ascii=False) + "\n")
