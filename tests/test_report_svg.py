@@ -300,3 +300,21 @@ def test_a_pod_out_of_range_is_refused_and_nothing_written(tmp_path):
     out = tmp_path / "fabric.svg"
     assert main(["plan", str(example_path("colossus-200k")), "--svg", str(out), "--pod", "50"]) == 2
     assert not out.exists()
+
+
+def test_pod_without_a_diagram_is_refused(capsys):
+    from gpucluster.cli import main
+
+    assert main(["plan", str(example_path("staging")), "--pod", "1"]) == 2
+    assert "--svg FILE or --html FILE" in capsys.readouterr().err
+
+
+def test_without_graphviz_it_says_what_to_install(tmp_path, monkeypatch, capsys):
+    """No dot on PATH: exit 1 with the package to install, and no file half-written."""
+    from gpucluster.cli import main
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    out = tmp_path / "plan.html"
+    assert main(["plan", str(example_path("staging")), "--html", str(out)]) == 1
+    assert "apt-get install graphviz" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

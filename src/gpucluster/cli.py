@@ -54,6 +54,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from gpucluster.cluster import load_cluster
     from gpucluster.fabric.summary import plan_summary
 
+    if args.pod is not None and not (args.svg or args.html):
+        raise UsageError("--pod chooses what the diagram expands: give --svg FILE or --html FILE with it")
     cluster = load_cluster(args.spec)
     if args.svg or args.html:
         from gpucluster.report.files import write_report
