@@ -97,7 +97,7 @@ def _leaves(plan: Plan) -> Explanation | None:
         if plan.design == "rail-optimized":
             why.append(f"{share} (scalable_unit_nodes: {plan.unit_nodes}, one rail of each node per leaf)")
             fix.append(f"scalable_unit_nodes: {most} would fill every leaf")
-        elif fab.nodes_per_leaf and fab.nodes_per_leaf * plan.rails < most - plan.rails + 1:
+        elif fab.nodes_per_leaf and fab.nodes_per_leaf < most // plan.rails:
             why.append(f"{share} (nodes_per_leaf: {fab.nodes_per_leaf})")
             fix.append(f"nodes_per_leaf: {most // plan.rails} is the most a leaf takes")
         else:
