@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything gpucluster needs on a fresh Debian 12 machine, idempotently and without questions:
 #   - Debian packages: Slurm + munge (the real consumer of rendered configs, emulated clusters),
-#     podman/runc/debootstrap (staged nodes, via scripts/stage-deps.sh)
+#     podman/runc/debootstrap (staged nodes, via scripts/stage-deps.sh), graphviz (fabric diagrams),
+#     chromium (the HTML plan's browser test)
 #   - the project's virtual environment in .venv with every Python dependency
 # Run as root (or with password-less sudo). Safe to run again: it only installs what is missing.
 set -euo pipefail
@@ -13,6 +14,9 @@ packages=(
   munge                           # Slurm's authentication
   python3-venv                    # only used where the system python lacks venv
   openssh-client
+  graphviz                        # dot: lays out the fabric diagram (plan --svg, plan --html)
+  chromium                        # headless browser: tests/test_report_browser.py loads plan.html
+  fonts-dejavu-core               # the diagram's and the page's font, so text widths match everywhere
 )
 
 as_root() {

@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 import hostlist
 import pytest
 from conftest import EXAMPLES, generic_spec, loaded_example, spec_from_data
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from gpucluster.cluster import check_meaning
 from gpucluster.errors import Finding
 from gpucluster.fabric import Plan, PlanError, plan_cluster
 from gpucluster.fabric.cabling import CABLING_HEADER, cabling_rows
+from gpucluster.fabric.explain import explain
 from gpucluster.render.topology import slurm_switches
 from gpucluster.spec.model import LoadedSpec, parse_ratio
 
@@ -92,19 +93,20 @@ def check_cabling(plan: Plan) -> Cabling:
         assert max(int(port) for _sw, port in used) <= tp.radix, tp
         per_switch = Counter(sw for sw, _port in used)
         assert max(per_switch.values()) <= tp.radix
+        ratio = spec.fabric.ratio(tp.tier) if tp.up else None
         for sw in c.devices[tp.tier]:
             assert c.down_ports[sw] <= tp.down, (sw, tp)
-            assert c.up_ports[sw] == tp.up, (sw, tp)
+            assert c.up_ports[sw] <= tp.up, (sw, tp)
+            if ratio is None:
+                continue
+            # enough uplinks for the declared oversubscription, and no more than spreading them evenly
+            # over the switches above costs (a partial unit or pod gets only what it needs)
+            need = max(1, math.ceil(c.down_ports[sw] / ratio - 1e-9))
+            assert need <= c.up_ports[sw] < need + len(c.up[sw]), (sw, c.down_ports[sw], c.up_ports[sw])
     # uplinks spread evenly: each lower switch has the same number of links to each upper switch it uses
     for sw, peers in c.up.items():
         assert len(set(peers.values())) == 1, f"{sw} spreads its uplinks unevenly: {dict(peers)}"
-    # the other way round: each upper switch takes the same number of links from each lower switch
-    down: dict = defaultdict(Counter)
-    for lower, peers in c.up.items():
-        for upper, n in peers.items():
-            down[upper][lower] = n
-    for sw, peers in down.items():
-        assert len(set(peers.values())) == 1, f"{sw} takes uneven links from below: {dict(peers)}"
+    check_clos_shape(plan, c)
     # one connected fabric per rail group (rail groups are separate planes by design)
     parent = {sw: sw for tier in c.devices.values() for sw in tier}
 
@@ -118,11 +120,32 @@ def check_cabling(plan: Plan) -> Cabling:
         for upper in peers:
             parent[find(lower)] = find(upper)
     assert len({find(sw) for sw in parent}) == plan.rail_groups
-    # and each switch of a tier reaches the same number of upper switches
-    for tier in ("leaf", "spine"):
-        fanout = {len(c.up[sw]) for sw in c.devices[tier] if sw in c.up}
-        assert len(fanout) <= 1, f"{tier} switches reach different numbers of upper switches: {fanout}"
     return c
+
+
+def check_clos_shape(plan: Plan, c: Cabling) -> None:
+    """The shape that lets every leaf reach every other over any uplink, read from the cabling alone:
+    the leaves that share a spine reach exactly the same spines (a pod, per rail group), and each core
+    takes links from exactly one spine of every pod of its rail group (a core plane reaches every pod).
+    Downward the path is unique, so a partial pod may send fewer links to a core than a full one."""
+    pod_of: dict[str, int] = {}
+    spine_sets: dict[frozenset, int] = {}
+    for leaf in c.devices["leaf"]:
+        spines = frozenset(c.up[leaf])
+        pod = spine_sets.setdefault(spines, len(spine_sets))
+        for s in spines:
+            assert pod_of.setdefault(s, pod) == pod, f"{s} serves leaves of two different spine sets"
+    assert set(pod_of) == c.devices["spine"]
+    if plan.tiers == 2:
+        assert len(spine_sets) == plan.rail_groups
+        return
+    assert len(spine_sets) == plan.pods * plan.rail_groups
+    below: dict = defaultdict(list)
+    for s in c.devices["spine"]:
+        for core in c.up[s]:
+            below[core].append(pod_of[s])
+    for core in c.devices["core"]:
+        assert len(below[core]) == len(set(below[core])) == plan.pods, f"{core} reaches pods {below[core]}"
 
 
 def check_slurm_tree(plan: Plan) -> None:
@@ -186,6 +209,43 @@ def check_bisection(plan: Plan) -> None:
         assert plan.bisection_tbps <= plan.endpoints * plan.speed_gbps / 2 / 1000
 
 
+def most_down(radix: int, ratio: float) -> int:
+    """The most downlinks a switch takes at this oversubscription, by search (independent of the planner)."""
+    return max(d for d in range(radix + 1) if d + max(1, math.ceil(d / ratio - 1e-9)) <= radix)
+
+
+def check_explanations(plan: Plan, c: Cabling) -> None:
+    """A count gets an explanation exactly when it is above its arithmetic minimum, and says by how much.
+    Minimums come from the cabling map and the spec's ratios, not from the planner's figures."""
+    fab = plan.spec.fabric
+    got = {e.subject: e for e in explain(plan)}
+    leaf, spine = plan.tier("leaf"), plan.tier("spine")
+    r1 = fab.ratio("leaf")
+    need = lambda down, ratio: max(1, math.ceil(down / ratio - 1e-9))  # noqa: E731
+    leaf_links = sum(c.up_ports[sw] for sw in c.devices["leaf"])
+    counted = {
+        "leaf switches": (len(c.devices["leaf"]), math.ceil(plan.endpoints / most_down(leaf.radix, r1))),
+        "leaf-spine links": (leaf_links, sum(need(c.down_ports[sw], r1) for sw in c.devices["leaf"])),
+        "spine switches": (len(c.devices["spine"]), math.ceil(
+            leaf_links / (spine.radix if plan.tiers == 2 else most_down(spine.radix, fab.ratio("spine"))))),
+    }
+    if plan.tiers == 3:
+        r2 = fab.ratio("spine")
+        spine_links = sum(c.up_ports[sw] for sw in c.devices["spine"])
+        counted["spine-core links"] = (spine_links, sum(need(c.down_ports[sw], r2) for sw in c.devices["spine"]))
+        counted["core switches"] = (len(c.devices["core"]), math.ceil(spine_links / plan.tier("core").radix))
+    for subject, (count, minimum) in counted.items():
+        assert count >= minimum, (subject, count, minimum)
+        if count == minimum:
+            assert subject not in got, got[subject].render()
+        else:
+            e = got.get(subject)
+            assert e is not None, f"{subject}: {count} > {minimum} and no explanation"
+            assert (e.count, e.minimum, e.excess) == (count, minimum, count - minimum)
+            assert e.why and e.fix and f"{count:,}" in e.render()
+    assert set(got) <= set(counted)
+
+
 def check_counts(plan: Plan) -> None:
     spec = plan.spec
     assert plan.nodes == sum(g.count for g in spec.node_groups)
@@ -205,6 +265,7 @@ def check_counts(plan: Plan) -> None:
 def test_example_cabling(name):
     _loaded, plan = loaded_example(name)
     c = check_cabling(plan)
+    check_explanations(plan, c)
     # no node sits under two Slurm leaves, though rail-optimised nodes reach several physical leaves
     for host, leaves in c.host_leaf.items():
         unit = plan.unit_of_host[host]
@@ -248,6 +309,47 @@ def test_colossus_figures():
     assert plan.gpus_by_type == {"h100-sxm5-80g": 150_000, "h200-sxm-141g": 50_000}
     assert plan.tiers == 3
     assert loaded_example("colossus-100k")[1].gpus == 100_000
+
+
+def full_pod_spine_core_links(plan: Plan) -> int:
+    """What spine-core cabling would be if every pod had the designed spines with their designed uplinks."""
+    return plan.pods * plan.rail_groups * plan.spines_per_group * plan.tier("spine").up
+
+
+def test_colossus_100k_partial_pod_gets_only_the_spines_it_needs():
+    """12,500 nodes = 195 full SUs of 64 + one of 20; 196 SUs in pods of 8 leave pod 25 with 4 SUs (32 rail
+    leaves, one SU partial). Its leaves need half the designed spines, so 32 spines take 2 links from each
+    full leaf and 1 from each leaf of the 20-node SU; their uplinks cover two core planes each."""
+    _loaded, plan = loaded_example("colossus-100k")
+    assert (plan.pods, plan.units_per_pod, plan.spines_per_group) == (25, 8, 64)
+    c = check_cabling(plan)
+    spines = c.devices["spine"]
+    assert len(spines) == 24 * 64 + 32 == 1_568 <= len(c.devices["leaf"])
+    leaf_spine = sum(c.up_ports[leaf] for leaf in c.devices["leaf"])
+    spine_core = sum(c.up_ports[s] for s in spines)
+    assert (leaf_spine, spine_core) == (plan.links["leaf-spine"], plan.links["spine-core"])
+    # 1,560 full leaves x 64 uplinks + 8 partial leaves x 32 (20 needed, spread evenly over 32 spines)
+    assert leaf_spine == 1_560 * 64 + 8 * 32
+    # the issue's figure: the spine-core links drop from 102,400 to the 100,352 of the designed leaf uplinks
+    assert full_pod_spine_core_links(plan) == 102_400
+    assert spine_core == 1_568 * 64 == 100_352
+    # what remains above the leaves' links is only the even-spreading rounding of pod 25's spines (56 -> 64)
+    last = [s for s in spines if c.down_ports[s] < plan.tier("spine").down]
+    assert len(last) == 32 and {c.down_ports[s] for s in last} == {3 * 8 * 2 + 8}
+    assert spine_core - leaf_spine == sum(c.up_ports[s] - c.down_ports[s] for s in last) == 32 * 8
+    # and nothing is lost: non-blocking bisection, every core taking 24 x 4 + 2 links
+    assert plan.bisection_tbps == 100_000 * 400 / 2 / 1000
+    assert {c.down_ports[core] for core in c.devices["core"]} == {24 * 4 + 2} == {plan.tier("core").down}
+
+
+def test_colossus_200k_keeps_its_spines_where_fewer_would_spread_unevenly():
+    """Pod 49 holds 6 full SUs and one of 42 nodes (56 leaves): 32 spines would need 112 ports each, so it
+    keeps 64; their 56 downlinks need 56 uplinks, rounded to 64 to spread over 32 cores evenly."""
+    _loaded, plan = loaded_example("colossus-200k")
+    last = plan.pod_plans[-1]
+    assert (last.units, last.leaves, last.spines, last.spine_down, last.spine_up) == (7, 56, 64, 56, 64)
+    assert plan.links["spine-core"] == full_pod_spine_core_links(plan) == 49 * 64 * 64
+    assert plan.switches == {"leaf": 391 * 8, "spine": 49 * 64, "core": 64 * 32}
 
 
 def test_frontier_mi250x_figures():
@@ -360,8 +462,54 @@ def test_generated_plans_hold_every_invariant(data):
     check_ratios(plan, findings)
     check_bisection(plan)
     check_slurm_tree(plan)
-    check_cabling(plan)
+    check_explanations(plan, check_cabling(plan))
     assert plan.tiers in (2, 3) and (data["fabric"]["tiers"] == "auto" or plan.tiers == data["fabric"]["tiers"])
+
+
+@st.composite
+def partial_pod_specs(draw) -> dict:
+    """Three tiers whose last pod, and often the last unit of each group, is partial."""
+    design = draw(st.sampled_from(["fat-tree", "rail-optimized"]))
+    rails = draw(st.sampled_from([1, 2, 4, 8]))
+    k = draw(st.sampled_from([8, 16, 32, 64]))
+    unit = draw(st.integers(1, k // 2)) if design == "rail-optimized" else draw(st.integers(1, max(1, k // 2 // rails)))
+    per_pod = draw(st.integers(2, 8))
+    units = per_pod * draw(st.integers(1, 3)) + draw(st.integers(1, per_pod - 1))
+    short = draw(st.integers(0, unit - 1))  # nodes missing from the last unit
+    counts = [units * unit - short]
+    if draw(st.booleans()):
+        counts.append(draw(st.integers(1, 3 * unit)))
+    rail_groups = draw(st.sampled_from([d for d in (1, 2) if rails % d == 0])) if design == "rail-optimized" else 1
+    spine_ratio = draw(st.sampled_from([None, "2:1", "3:1", "7:1"]))
+    leaf_ratio = draw(st.sampled_from(["1:1", "2:1"]))
+    core = draw(st.sampled_from([k, 4 * k]))
+    return generic_spec(counts, rails=rails, design=design, tiers=3, unit=unit, pod=unit * per_pod,
+                        rail_groups=rail_groups, spine_ratio=spine_ratio, leaf_ratio=leaf_ratio, radices=(k, k, core))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(partial_pod_specs())
+# 2:1 rounds 3 spine downlinks up to 2 uplinks; pod 2's 2 leaves on 1 spine would take 4 > 3 designed ports
+@example(generic_spec([10], tiers=3, unit=2, pod=6, spine_ratio="2:1", radices=(8, 8, 32)))
+def test_partial_pods_and_units_hold_every_invariant(data):
+    """Partial pods get fewer spines and uplinks, never at the cost of a port, an even spread or a NIC."""
+    spec = spec_from_data(data)
+    findings = check_meaning(LoadedSpec(spec=spec, source="gen.yaml", lines={}))
+    errors = [f for f in findings if f.level == "error"]
+    if errors:
+        event(f"refused: {errors[0].rule}")
+        return
+    plan = plan_cluster(spec)
+    check_counts(plan)
+    check_ratios(plan, findings)
+    check_bisection(plan)
+    check_slurm_tree(plan)
+    check_explanations(plan, check_cabling(plan))
+    assert plan.links["spine-core"] <= full_pod_spine_core_links(plan)
+    assert all(p.spines <= plan.spines_per_group for p in plan.pod_plans)
+    fewer = plan.switches["spine"] < plan.pods * plan.rail_groups * plan.spines_per_group
+    event("fewer spines" if fewer else "designed spines")
+    event("fewer spine uplinks" if plan.links["spine-core"] < full_pod_spine_core_links(plan) else "designed uplinks")
 
 
 def test_cabling_header_names_the_columns():

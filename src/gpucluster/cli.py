@@ -20,17 +20,20 @@ PLUGINS = ("gpucluster.stage.cli", "gpucluster.inventory.cli", "gpucluster.confi
 
 def cmd_check(args: argparse.Namespace) -> int:
     from gpucluster.cluster import check_meaning
+    from gpucluster.report.terminal import Screen, print_check
     from gpucluster.spec.loader import load_spec
 
     loaded = load_spec(args.spec)
     findings = check_meaning(loaded)
-    for f in findings:
-        print(f"{f.level}: {f.render()}", file=sys.stderr)
+    rich = False if args.no_color else None
+    err = Screen(sys.stderr, rich=rich)
     if any(f.level == "error" for f in findings):
+        for f in findings:
+            err.finding(f)
         raise SpecError([])  # already printed
     spec = loaded.spec
-    print(f"{args.spec}: ok ({len(spec.node_groups)} node groups, "
-          f"{sum(g.count for g in spec.node_groups)} nodes, {len(findings)} warnings)")
+    print_check(Screen(rich=rich), err, args.spec, len(spec.node_groups), sum(g.count for g in spec.node_groups),
+                findings)
     return 0
 
 
@@ -38,52 +41,47 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from gpucluster.cluster import load_cluster
     from gpucluster.fabric.summary import plan_summary
 
-    plan = load_cluster(args.spec).plan
-    summary = plan_summary(plan)
+    if args.pod is not None and not (args.svg or args.html):
+        raise UsageError("--pod chooses what the diagram expands: give --svg FILE or --html FILE with it")
+    cluster = load_cluster(args.spec)
+    if args.svg or args.html:
+        from gpucluster.report.files import write_report
+
+        for path in write_report(cluster, svg=args.svg, html=args.html, pod=args.pod):
+            print(f"wrote {path}", file=sys.stderr)
+        if not args.json:
+            return 0
+    summary = plan_summary(cluster.plan)
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
-    from rich.console import Console
-    from rich.table import Table
+    from gpucluster.report.terminal import Screen, print_plan
 
-    console = Console()
-    console.print(f"[bold]{plan.spec.name}[/]: {summary['nodes']} nodes, {summary['gpus']:,} GPUs "
-                  f"({', '.join(f'{n:,} {k}' for k, n in summary['gpus_by_type'].items())})")
-    fab = summary["fabric"]
-    units = summary["units"]
-    kind = "scalable units" if units["kind"] == "scalable unit" else "leaves"
-    pods = f", {summary['pods']} pods" if summary["pods"] else ""
-    console.print(f"fabric: {fab['type']} {fab['design']}, {plan.tiers} tiers, {fab['endpoints']:,} endpoints at "
-                  f"{fab['link_gbps']} Gb/s, {fab['rails']} rails; {units['count']} {kind} of "
-                  f"{units['nodes_per_unit']} nodes{pods}")
-    table = Table("tier", "model", "switches", "down/up per switch", "radix", "oversubscription")
-    for t in plan.tier_plans:
-        table.add_row(t.tier, t.model, f"{t.count:,}", f"{t.down}/{t.up}", str(t.radix), t.ratio)
-    console.print(table)
-    console.print("links: " + ", ".join(f"{k} {v:,}" for k, v in summary["links"].items()))
-    console.print(f"bisection bandwidth: {summary['bisection_tbps']:,} Tb/s; racks: {summary['racks']:,}")
-    if "flash" in summary["storage"]:
-        fl = summary["storage"]["flash"]
-        console.print(f"flash tier '{fl['name']}': {fl['chunk_servers']} chunk servers, {fl['usable_tb']:,} TB usable, "
-                      f"{fl['write_gbps']:,} GB/s write, mounted at {fl['mount']}")
-    for n in summary["storage"]["nfs"]:
-        console.print(f"nfs tier '{n['name']}': {n['servers']} servers, exports {', '.join(n['exports'])}")
-    for w in plan.warnings:
-        console.print(f"[yellow]warning[/]: {w.field}: {w.message}")
+    print_plan(Screen(rich=False if args.no_color else None), cluster.plan, summary, cluster.warnings)
     return 0
 
 
 def cmd_render(args: argparse.Namespace) -> int:
     from gpucluster.cluster import load_cluster
+    from gpucluster.fabric.cabling import cabling_chunks
     from gpucluster.render import render_all, write_outputs
+    from gpucluster.report.progress import progress
+    from gpucluster.report.terminal import Screen, print_render
 
     t0 = time.perf_counter()
     cluster = load_cluster(args.spec)
-    sizes = write_outputs(render_all(cluster, cabling=not args.no_cabling), Path(args.output))
-    took = time.perf_counter() - t0
-    for name, size in sizes.items():
-        print(f"  {args.output.rstrip('/')}/{name}  {size:,} bytes")
-    print(f"rendered {len(sizes)} files for {cluster.name} in {took:.2f} s")
+    files = render_all(cluster, cabling=not args.no_cabling)
+    with progress("cabling.csv", cabling_chunks(cluster.plan), unit="units and spines") as advance:
+        rows = files.get("cabling.csv")
+        if callable(rows):
+            def counted(rows=rows):
+                for chunk in rows():
+                    yield chunk
+                    advance()
+            files["cabling.csv"] = counted
+        sizes = write_outputs(files, Path(args.output))
+    print_render(Screen(rich=False if args.no_color else None), args.output, cluster.name, sizes,
+                 time.perf_counter() - t0)
     return 0
 
 
@@ -91,18 +89,47 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpucluster", description=__doc__)
     parser.add_argument("--version", action="version", version=f"gpucluster {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    p = sub.add_parser("check", help="validate a cluster spec and report every problem")
-    p.add_argument("spec")
+    p = sub.add_parser("check", help="validate a cluster spec and report every problem",
+                       description="Check a cluster spec: its syntax, then its meaning (radix, rails, Slurm "
+                                   "limits, storage). Every problem is reported at once with its file, line, "
+                                   "field, rule and fix; exit 2 when there is an error.",
+                       epilog="example:\n  gpucluster check examples/staging.yaml",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("spec", help="the cluster spec (YAML), e.g. examples/meta-24k-roce.yaml")
+    p.add_argument("--no-color", action="store_true", help="plain output even on a terminal (also: NO_COLOR=1)")
     p.set_defaults(func=cmd_check)
-    p = sub.add_parser("plan", help="physical design: switches per tier, oversubscription, bisection bandwidth")
-    p.add_argument("spec")
+    p = sub.add_parser("plan", help="physical design: switches per tier, oversubscription, bisection bandwidth",
+                       description="Plan the fabric of a spec: switches per tier, links, oversubscription, "
+                                   "bisection bandwidth, racks and storage, with a line for every count that "
+                                   "rounding raised above its arithmetic minimum (docs/plan.md).",
+                       epilog="examples:\n"
+                              "  gpucluster plan examples/colossus-200k.yaml\n"
+                              "  gpucluster plan examples/colossus-200k.yaml --json | jq .switches\n"
+                              "  gpucluster plan examples/meta-24k-roce.yaml --html plan.html --svg fabric.svg\n"
+                              "  gpucluster plan examples/colossus-200k.yaml --svg pod49.svg --pod 49",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("spec", help="the cluster spec (YAML), e.g. examples/colossus-200k.yaml")
     p.add_argument("--json", action="store_true", help="machine-readable output (stable keys: docs/spec.md)")
+    p.add_argument("--svg", metavar="FILE", help="write the fabric diagram (SVG) to FILE")
+    p.add_argument("--html", metavar="FILE", help="write the plan as one self-contained HTML page to FILE")
+    p.add_argument("--pod", type=int, metavar="N",
+                   help="in the diagram, draw pod N unit by unit (with 2 tiers: unit N rack by rack)")
+    p.add_argument("--no-color", action="store_true", help="plain output even on a terminal (also: NO_COLOR=1)")
     p.set_defaults(func=cmd_plan)
     p = sub.add_parser("render", help="write slurm.conf, topology.conf, gres.conf, cgroup.conf, nccl.conf, "
-                                      "cabling.csv, bom.csv")
-    p.add_argument("spec")
-    p.add_argument("-o", "--output", required=True, help="output folder (files are replaced atomically)")
+                                      "cabling.csv, bom.csv",
+                       description="Render every file of a spec into a folder: Slurm and NCCL configs from "
+                                   "templates/, the cabling map, the bill of materials and plan.json. All files "
+                                   "are written or none.",
+                       epilog="examples:\n"
+                              "  gpucluster render examples/staging.yaml -o out/staging\n"
+                              "  gpucluster render examples/colossus-200k.yaml -o out/colossus --no-cabling",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("spec", help="the cluster spec (YAML), e.g. examples/staging.yaml")
+    p.add_argument("-o", "--output", required=True, metavar="DIR",
+                   help="output folder (files are replaced atomically)")
     p.add_argument("--no-cabling", action="store_true", help="skip the per-port cabling map")
+    p.add_argument("--no-color", action="store_true", help="plain output even on a terminal (also: NO_COLOR=1)")
     p.set_defaults(func=cmd_render)
     for name in PLUGINS:
         try:
@@ -127,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         for f in exc.findings:
             print(f"error: {f.render()}", file=sys.stderr)
         if exc.findings:
-            print(f"{len(exc.findings)} problem(s); nothing was written", file=sys.stderr)
+            n = len(exc.findings)
+            print(f"{n} problem{'' if n == 1 else 's'}; nothing was written", file=sys.stderr)
         return 2
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -27,11 +27,26 @@ class _Ports(dict):
         return text
 
 
+def _offsets(counts: list[int]) -> list[int]:
+    """Running totals before each entry: where a pod's spines (or a core's ports for a pod) start."""
+    out, total = [], 0
+    for n in counts:
+        out.append(total)
+        total += n
+    return out
+
+
+def cabling_chunks(plan: Plan) -> int:
+    """How many chunks cabling_rows yields (one per unit, then one per spine with 3 tiers): a progress total."""
+    return len(plan.units) + (plan.switches["spine"] if plan.tiers == 3 else 0)
+
+
 def cabling_rows(plan: Plan) -> Iterator[str]:
     """CSV text for every link: node NIC -> leaf, leaf -> spine, spine -> core; one chunk per unit/spine.
 
     Rows are joined from pieces built once per fabric (port numbers, "<port>,spineNNNNN," columns,
-    tails) rather than formatted one by one: Colossus 200k has ~600k rows.
+    tails) rather than formatted one by one: Colossus 200k has ~600k rows. Spines and core ports are
+    numbered pod after pod, so a partial pod with fewer spines shifts nothing before it.
     """
     spec = plan.spec
     rails, groups_n = plan.rails, plan.rail_groups
@@ -39,16 +54,16 @@ def cabling_rows(plan: Plan) -> Iterator[str]:
     per_group = max(1, rails // groups_n) if rail_design else 1
     leaf = plan.tier("leaf")
     spine = plan.tier("spine")
-    s_per = plan.spines_per_group
-    m1 = leaf.up // s_per
+    pods = plan.pod_plans
+    spine_base = _offsets([groups_n * p.spines for p in pods])
     ports = _Ports()
     node_tail = f",node-leaf,{endpoint_media(plan)}\n"
     uplink_tail = ",leaf-spine,fiber\n"
-    # Per spine block (first spine index): ",<leaf port>,spineNNNNN," for each leaf uplink q.
-    uplink_cols: dict[int, list[str]] = {}
-    uplink_offsets = [q // s_per + 1 for q in range(leaf.up)]
+    # Per (first spine, spines, uplinks): ",<leaf port>,spineNNNNN," for each leaf uplink q.
+    uplink_cols: dict[tuple[int, int, int], list[str]] = {}
     # Per (HCA count, node count): "<leaf port>,node-leaf,<media>\n" for node p, HCA r (fat-tree numbering).
     node_tails: dict[tuple[int, int], list[list[str]]] = {}
+    taken: dict[int, int] = {}  # pod -> spine ports (per spine) taken by the leaves cabled so far
     for unit in plan.units:
         group = spec.group(unit.group)
         hcas = plan.hcas(group)
@@ -68,41 +83,43 @@ def cabling_rows(plan: Plan) -> Iterator[str]:
                                            for p in range(len(hosts))]
             for host, host_tails in zip(hosts, tails, strict=True):
                 rows.extend([host + mid + tail for mid, tail in zip(mids, host_tails, strict=True)])
+        pod = pods[unit.pod]
+        s_per = pod.spines
+        m = unit.up // s_per  # links from each of this unit's leaves to each spine of its pod
+        offsets = [q // s_per + 1 for q in range(unit.up)]
+        first_port = taken.get(unit.pod, 0)
+        taken[unit.pod] = first_port + per_group * m
         for r in range(len(unit.leaves)):
             lname = leaf_name(plan, unit, r)
-            g = r // per_group
-            if plan.tiers == 3:
-                pos = (unit.index % plan.units_per_pod) * per_group + r % per_group
-                base = (unit.pod * groups_n + g) * s_per
-            else:
-                pos = unit.index * per_group + r % per_group
-                base = g * s_per
-            cols = uplink_cols.get(base)
+            base = spine_base[unit.pod] + (r // per_group) * s_per
+            cols = uplink_cols.get((base, s_per, unit.up))
             if cols is None:
-                cols = uplink_cols[base] = [f",{leaf.down + q + 1},spine{base + q % s_per + 1:05d},"
-                                            for q in range(leaf.up)]
-            first = pos * m1
+                cols = uplink_cols[base, s_per, unit.up] = [f",{leaf.down + q + 1},spine{base + q % s_per + 1:05d},"
+                                                            for q in range(unit.up)]
+            first = first_port + (r % per_group) * m
             rows.extend([lname + col + ports[first + off] + uplink_tail
-                         for col, off in zip(cols, uplink_offsets, strict=True)])
+                         for col, off in zip(cols, offsets, strict=True)])
         yield "".join(rows)
     if plan.tiers == 3:
         c_per = plan.cores_per_plane
-        m2 = spine.up // c_per
-        core_offsets = [q // c_per + 1 for q in range(spine.up)]
+        s_full = plan.spines_per_group
         core_tail = ",spine-core,fiber\n"
-        core_cols: dict[int, list[str]] = {}
-        for pod in range(plan.pods):
-            first = pod * m2
+        core_cols: dict[tuple[int, int, int], list[str]] = {}
+        core_base = _offsets([p.links_per_core for p in pods])
+        for pod in pods:
+            reach = pod.planes * c_per  # a spine reaches these consecutive cores (its planes' cores)
+            offsets = [core_base[pod.index] + q // reach + 1 for q in range(pod.spine_up)]
             for g in range(groups_n):
-                for s in range(s_per):
-                    sname = f"spine{(pod * groups_n + g) * s_per + s + 1:05d}"
-                    first_core = (g * s_per + s) * c_per + 1
-                    cols = core_cols.get(first_core)
+                for s in range(pod.spines):
+                    sname = f"spine{spine_base[pod.index] + g * pod.spines + s + 1:05d}"
+                    first_core = (g * s_full + s * pod.planes) * c_per + 1
+                    cols = core_cols.get((first_core, reach, pod.spine_up))
                     if cols is None:
-                        cols = core_cols[first_core] = [f",{spine.down + q + 1},core{first_core + q % c_per:05d},"
-                                                        for q in range(spine.up)]
-                    yield "".join([sname + col + ports[first + off] + core_tail
-                                   for col, off in zip(cols, core_offsets, strict=True)])
+                        cols = core_cols[first_core, reach, pod.spine_up] = [
+                            f",{spine.down + q + 1},core{first_core + q % reach:05d},"
+                            for q in range(pod.spine_up)]
+                    yield "".join([sname + col + ports[off] + core_tail
+                                   for col, off in zip(cols, offsets, strict=True)])
 
 
 def bom_rows(plan: Plan) -> list[list]:

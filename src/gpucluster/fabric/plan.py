@@ -36,10 +36,14 @@ class Unit:
     count: int  # nodes in this unit (the last unit of a group may be partial)
     leaves: tuple[int, ...]  # physical leaf indices, one per rail on rail-optimised fabrics
     pod: int = 0
+    up: int = 0  # uplinks of each of its leaves (a partial unit's leaves may need fewer than designed)
 
 
 @dataclass(frozen=True)
 class TierPlan:
+    """One tier. down/up are a full switch's ports (a full unit's leaf, a full pod's spine); switches of
+    partial units and pods may use fewer (see Unit.up and PodPlan). A core takes `down` links, always."""
+
     tier: str
     model: str
     count: int
@@ -54,6 +58,26 @@ class TierPlan:
             return "-"
         value = self.down / self.up
         return f"{value:g}:1" if value == round(value, 2) else f"{value:.2f}:1"
+
+
+@dataclass(frozen=True)
+class PodPlan:
+    """The spines that serve a set of units: a pod with 3 tiers; with 2 tiers one 'pod' holds every unit.
+
+    A pod with fewer or smaller units than designed gets fewer spines and spine uplinks, as long as every
+    switch still spreads its uplinks evenly: its spine count divides the designed one, so each spine
+    reaches `planes` whole core planes, and each core of those planes takes `links_per_core` of its links.
+    """
+
+    index: int
+    first_unit: int
+    units: int
+    leaves: int  # per rail group
+    spines: int  # per rail group
+    spine_down: int  # links down, per spine
+    spine_up: int = 0  # links up, per spine (0 with 2 tiers)
+    planes: int = 1  # core planes each spine reaches
+    links_per_core: int = 0  # links from one of these spines to each core it reaches
 
 
 @dataclass
@@ -73,6 +97,7 @@ class Plan:
     cores_per_plane: int
     racks: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # group -> [(rack, first node)]
     warnings: list[Finding] = field(default_factory=list)
+    pod_plans: list[PodPlan] = field(default_factory=list)  # spines per pod (one entry with 2 tiers)
 
     # ---- counts -------------------------------------------------------------------------------
     @property
@@ -103,9 +128,11 @@ class Plan:
 
     @property
     def links(self) -> dict[str, int]:
-        out = {"node-leaf": self.endpoints}
-        for lower, upper in zip(self.tier_plans, self.tier_plans[1:], strict=False):
-            out[f"{lower.tier}-{upper.tier}"] = lower.count * lower.up
+        """Cables per link class, counted as cabled: partial units and pods have fewer uplinks."""
+        out = {"node-leaf": self.endpoints,
+               "leaf-spine": sum(len(u.leaves) * u.up for u in self.units)}
+        if self.tiers == 3:
+            out["spine-core"] = self.rail_groups * sum(p.spines * p.spine_up for p in self.pod_plans)
         return out
 
     @property
@@ -115,8 +142,7 @@ class Plan:
     @property
     def bisection_tbps(self) -> float:
         """Capacity across the worst even cut: half of the narrowest tier's upward bandwidth."""
-        widths = [self.endpoints] + [t.count * t.up for t in self.tier_plans if t.up]
-        return round(min(widths) * self.speed_gbps / 2 / 1000, 3)
+        return round(min(self.links.values()) * self.speed_gbps / 2 / 1000, 3)
 
     @property
     def rack_count(self) -> int:
@@ -273,9 +299,17 @@ def plan_cluster(spec: ClusterSpec) -> Plan:
     leaves_per_unit_per_group = leaves_per_unit // groups_n
     leaves_per_group = n_units * leaves_per_unit_per_group
     k2 = radix("spine")
+    # Uplinks a leaf of each unit needs: a partial unit's leaves carry fewer nodes.
+    per_leaf = 1 if fab.design == "rail-optimized" else rails
+    needs = [_up(u.count * per_leaf, r1) for u in units]
+
+    def spine_down(members: range, spines: int) -> int:
+        """Links down per spine when these units' leaves spread their uplinks evenly over `spines`."""
+        return leaves_per_unit_per_group * sum(-(-needs[i] // spines) for i in members)
 
     # ---- two tiers: every leaf of a rail group reaches every spine of that group
-    two_tier_spines = next((s for s in _divisors(u1) if leaves_per_group * (u1 // s) <= k2), None)
+    everyone = range(n_units)
+    two_tier_spines = next((s for s in _divisors(u1) if spine_down(everyone, s) <= k2), None)
     tiers = fab.tiers
     if tiers == "auto":
         tiers = 2 if two_tier_spines else 3
@@ -295,9 +329,10 @@ def plan_cluster(spec: ClusterSpec) -> Plan:
                        "the spine is the top tier in a 2-tier plan and has no uplinks to oversubscribe",
                        "remove it, or set tiers: 3 for an oversubscribed aggregation layer", "ratio-tier")
         spines_per_group = two_tier_spines
-        m = u1 // spines_per_group
+        d2 = spine_down(everyone, spines_per_group)
+        pod_plans = [PodPlan(0, 0, n_units, leaves_per_group, spines_per_group, d2)]
         tier_plans.append(TierPlan("spine", fab.switches["spine"], groups_n * spines_per_group, k2,
-                                   leaves_per_group * m, 0, m))
+                                   d2, 0, u1 // spines_per_group))
     else:
         if "core" not in tier_models:
             raise fail(("fabric", "switches"), "3 tiers need a core switch model",
@@ -340,17 +375,43 @@ def plan_cluster(spec: ClusterSpec) -> Plan:
                                     f"{d2} spine downlinks cannot split exactly {fab.oversubscription['spine']}; "
                                     f"the plan uses {u2} uplinks ({d2 / u2:.2f}:1)",
                                     "adjust nodes_per_pod", "ratio-rounded", level="warning"))
-        cores_per_plane = next((c for c in _divisors(u2) if pods * (u2 // c) <= k3), 0)
+
+        def pod_shape(p: int, cores: int) -> PodPlan:
+            """The fewest spines that take this pod's leaves at the designed ports, each spreading its
+            uplinks evenly over whole core planes (a full pod gets the designed shape)."""
+            members = range(p * units_per_pod, min(n_units, (p + 1) * units_per_pod))
+            for s in _divisors(spines_per_group):
+                planes = spines_per_group // s
+                down = spine_down(members, s)
+                per_core = -(-_up(down, r2) // (planes * cores))
+                if down <= d2 and planes * cores * per_core <= u2:
+                    return PodPlan(p, members.start, len(members), len(members) * leaves_per_unit_per_group,
+                                   s, down, planes * cores * per_core, planes, per_core)
+            raise AssertionError("the designed spine count always fits")  # s == spines_per_group does
+
+        pod_plans = []
+        for c in _divisors(u2):
+            shapes = [pod_shape(p, c) for p in range(pods)]
+            if sum(s.links_per_core for s in shapes) <= k3:
+                cores_per_plane, pod_plans = c, shapes
+                break
         if not cores_per_plane:
             raise fail(("fabric", "switches", "core"),
                        f"{pods} pods exceed the {k3}-port core ('{fab.switches['core']}'): radix exceeded "
                        "for 3 tiers", "use larger pods, a larger core switch, or fewer nodes", "radix")
         planes = groups_n * spines_per_group
-        tier_plans.append(TierPlan("spine", fab.switches["spine"], pods * planes, k2, d2, u2, u1 // spines_per_group))
+        tier_plans.append(TierPlan("spine", fab.switches["spine"], groups_n * sum(s.spines for s in pod_plans),
+                                   k2, d2, u2, u1 // spines_per_group))
         tier_plans.append(TierPlan("core", fab.switches["core"], planes * cores_per_plane, k3,
-                                   pods * (u2 // cores_per_plane), 0, u2 // cores_per_plane))
-        units = [Unit(u.index, u.name, u.group, u.first, u.count, u.leaves, u.index // units_per_pod)
-                 for u in units]
+                                   sum(s.links_per_core for s in pod_plans), 0, u2 // cores_per_plane))
+    # Each leaf reaches every spine of its pod with the same number of links: a partial unit's need, rounded up.
+    shaped = []
+    for u in units:
+        pod = u.index // units_per_pod
+        spines = pod_plans[pod].spines
+        shaped.append(Unit(u.index, u.name, u.group, u.first, u.count, u.leaves, pod,
+                           spines * -(-needs[u.index] // spines)))
+    units = shaped
 
     racks: dict[str, list[tuple[int, int]]] = {}
     rack = 1
@@ -360,4 +421,4 @@ def plan_cluster(spec: ClusterSpec) -> Plan:
             racks[g.name].append((rack, first))
             rack += 1
     return Plan(spec, fab.design, int(tiers), speed, rails, groups_n, unit_nodes, units, tier_plans, pods,
-                units_per_pod, spines_per_group, cores_per_plane, racks, warnings=findings)
+                units_per_pod, spines_per_group, cores_per_plane, racks, warnings=findings, pod_plans=pod_plans)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from gpucluster.fabric.explain import explain
 from gpucluster.fabric.plan import Plan
 
 
 def plan_summary(plan: Plan) -> dict:
     """`plan --json`. Contract keys: nodes, gpus, gpus_by_type, switches, links, oversubscription,
-    bisection_tbps, tiers, racks. More keys may be added; none is removed or renamed."""
+    bisection_tbps, tiers, racks. More keys may be added; none is removed or renamed. `explanations` holds
+    a record per count that rounding or even spreading raised above its arithmetic minimum."""
     spec = plan.spec
     flash = spec.storage.flash
     storage: dict = {"nfs": [{"name": n.name, "servers": spec.group(n.server_group).count,
@@ -43,4 +45,5 @@ def plan_summary(plan: Plan) -> dict:
         "slurm_switches": plan.logical_switches,
         "storage": storage,
         "warnings": [w.message for w in plan.warnings],
+        "explanations": [e.as_dict() for e in explain(plan)],
     }

@@ -1,0 +1,81 @@
+"""The plan as one self-contained HTML page: summary, tiers, explanations, warnings, the diagram inline,
+the bill of materials, the racks and the storage tiers. No script, no stylesheet or font fetched: the
+page is read as a file, offline. Jinja autoescapes everything but the SVG, which Graphviz escaped."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from markupsafe import Markup
+
+from gpucluster import __version__
+from gpucluster.cluster import Cluster
+from gpucluster.fabric.summary import plan_summary
+from gpucluster.report.bom import build_bom
+from gpucluster.report.diagram import fabric_svg, inline_svg
+from gpucluster.report.racks import Rack, build_racks
+from gpucluster.report.words import number, plural
+
+SLOTS = 16  # node slots drawn per rack; a fuller rack shows how many more
+
+
+@dataclass(frozen=True)
+class Slot:
+    kind: str
+    text: str
+
+
+def slots(rack: Rack) -> list[Slot]:
+    shown = min(rack.capacity, SLOTS)
+    out = []
+    for i in range(shown):
+        if i < rack.nodes:
+            out.append(Slot("gpu", f"node {i + 1}" if i not in (0, rack.nodes - 1) else
+                            (rack.first if i == 0 else rack.last)))
+        else:
+            out.append(Slot("empty", "empty"))
+    if rack.capacity > SLOTS:
+        out.append(Slot("empty", f"… {rack.capacity - SLOTS} more slots ({rack.nodes} nodes in all)"))
+    return out
+
+
+@cache
+def _environment():
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+    from gpucluster.render.templating import _bytecode_cache, templates_dir
+
+    env = Environment(loader=FileSystemLoader(str(templates_dir() / "report")), autoescape=True,
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                      bytecode_cache=_bytecode_cache())
+    return env
+
+
+def plan_html(cluster: Cluster, pod: int | None = None) -> str:
+    plan = cluster.plan
+    summary = plan_summary(plan)
+    bom = build_bom(plan)
+    racks = build_racks(plan)
+    links = plan.links
+    uplinks = {"leaf": links.get("leaf-spine", 0), "spine": links.get("spine-core", 0)}
+    tiers = [{"tier": t.tier, "model": t.model, "count": t.count, "down": t.down, "up": t.up, "radix": t.radix,
+              "ratio": t.ratio, "links_up": uplinks.get(t.tier, 0)} for t in plan.tier_plans]
+    fab = summary["fabric"]
+    units = summary["units"]
+    kind = "scalable unit" if units["kind"] == "scalable unit" else "leaf"
+    pods = f", {plural(summary['pods'], 'pod')}" if summary["pods"] else ""
+    headline = (f"{fab['type']} {fab['design']}, {plural(plan.tiers, 'tier')}, {plural(fab['endpoints'], 'endpoint')} "
+                f"at {fab['link_gbps']} Gb/s, {plural(fab['rails'], 'rail')}; {plural(units['count'], kind)} of "
+                f"{plural(units['nodes_per_unit'], 'node')}{pods}")
+    summary_line = ("links: " + ", ".join(f"{k} {v:,}" for k, v in links.items())
+                    + f"; bisection bandwidth {number(summary['bisection_tbps'])} Tb/s")
+    warnings = [{"level": w.level, "where": f"{w.file}:{w.line}" if w.line else (w.file or "<spec>"),
+                 "field": w.field or "<top>", "message": w.message, "fix": w.fix, "rule": w.rule}
+                for w in cluster.warnings]
+    return _environment().get_template("plan.html.j2").render(
+        name=cluster.name, version=__version__, source=str(cluster.source), summary=summary, headline=headline,
+        summary_line=summary_line, tiers=tiers, tiers_word=plural(plan.tiers, "tier"),
+        explanations=summary["explanations"], warnings=warnings,
+        svg=Markup(inline_svg(fabric_svg(plan, pod))), bom=bom, racks=racks.racks, rack_sample=racks.sample(),
+        slots=slots, storage=summary["storage"], number=number)
