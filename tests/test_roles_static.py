@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import base64
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -43,7 +44,7 @@ filters = _load(ROOT / "plugins" / "filter" / "gpucluster_roles.py", "gpucluster
 m_limits = _load(ROOT / "plugins" / "modules" / "gpucluster_limits.py", "gpucluster_limits_module")
 m_sysctl = _load(ROOT / "plugins" / "modules" / "gpucluster_sysctl.py", "gpucluster_sysctl_module")
 m_secret = _load(ROOT / "plugins" / "modules" / "gpucluster_secret.py", "gpucluster_secret_module")
-m_render = _load(ROOT / "plugins" / "modules" / "gpucluster_render.py", "gpucluster_render_module")
+m_secret_conf = _load(ROOT / "plugins" / "modules" / "gpucluster_secret_conf.py", "gpucluster_secret_conf_module")
 m_files = _load(ROOT / "plugins" / "modules" / "gpucluster_files.py", "gpucluster_files_module")
 
 
@@ -115,7 +116,7 @@ def _touches_secret(task: dict) -> bool:
     """Generates, reads, renders with or copies a secret (paths alone, e.g. in a preflight, are not secret)."""
     text = repr({k: v for k, v in task.items() if k not in ("name", "when")})
     copy = task.get("ansible.builtin.copy") or {}
-    return ("gpucluster_secret" in task or "munge_key_b64" in text or "secret_files" in text
+    return ("gpucluster_secret" in task or "gpucluster_secret_conf" in task or "munge_key_b64" in text
             or "lookup('ansible.builtin.file'" in text
             or any(p in str(copy.get("src", "")) for p in SECRET_PATHS))
 
@@ -357,28 +358,35 @@ def test_secret_is_generated_once_private_and_never_returned(tmp_path):
     assert re.fullmatch(r"[A-Za-z0-9]{32}", Path(pw).read_text())
 
 
-def test_render_module_writes_what_the_cli_renders_and_only_when_changed(tmp_path):
+def test_compile_writes_what_the_cli_renders_and_only_when_something_changed(tmp_path):
+    """The controller's compile (playbooks/compile.yml) writes `gpucluster render --no-cabling`'s files and
+    the facts the roles read; a second compile of the same spec parses nothing and changes nothing."""
     from gpucluster.cluster import load_cluster
+    from gpucluster.compiled import ensure_compiled
     from gpucluster.render import render_all
     from gpucluster.render.topology import slurm_switches
 
-    spec_path = str(ROOT / "examples" / "staging.yaml")
-    texts, switches = m_render.render_spec(spec_path)
+    spec_path = ROOT / "examples" / "staging.yaml"
+    compiled, now = ensure_compiled(spec_path, tmp_path / "state")
     cluster = load_cluster(spec_path)
-    assert texts == render_all(cluster, cabling=False)
-    assert [s["name"] for s in switches] == [s.name for s in slurm_switches(cluster.plan)]
-    target = str(tmp_path / "slurm.conf")
-    assert m_render.write_if_changed(target, texts["slurm.conf"], 0o644, check_mode=False) is True
-    assert m_render.write_if_changed(target, texts["slurm.conf"], 0o644, check_mode=False) is False
+    assert now and {p.name: p.read_text() for p in (compiled / "rendered").iterdir()} == render_all(cluster,
+                                                                                                     cabling=False)
+    facts = json.loads((compiled / "facts.json").read_text())
+    assert [s["name"] for s in facts["slurm"]["switches"]] == [s.name for s in slurm_switches(cluster.plan)]
+    assert ensure_compiled(spec_path, tmp_path / "state") == (compiled, False)
+    assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700
 
 
-def test_slurmdbd_conf_comes_from_the_shared_renderer_with_the_password_from_its_file(tmp_path):
-    pw = tmp_path / "pw"
-    pw.write_text("s3cret\n")
-    ctx = {"cluster": "c", "dbd_host": "ctl01", "port": 6819, "storage_user": "slurm", "storage_db": "db",
-           "log_file": "/l", "pid_file": "/p", "purge_after": ""}
-    text = m_render.render_template("slurm/slurmdbd.conf.j2", ctx, {"storage_pass": str(pw)})
-    assert "StoragePass=s3cret\n" in text and "DbdHost=ctl01\n" in text and "Purge" not in text
+def test_slurmdbd_conf_is_rendered_without_its_password_and_filled_from_the_secret_file(tmp_path):
+    from gpucluster.cluster import load_cluster
+    from gpucluster.render import render_all
+
+    rendered = render_all(load_cluster(ROOT / "examples" / "staging.yaml"), cabling=False)["slurmdbd.conf"]
+    assert "\nStoragePass=\n" in rendered and "DbdHost=ctl01\n" in rendered and "Purge" not in rendered
+    filled = m_secret_conf.fill(rendered, {"StoragePass": "s3cret"})
+    assert "\nStoragePass=s3cret\n" in filled and filled.replace("StoragePass=s3cret", "StoragePass=") == rendered
+    with pytest.raises(ValueError, match="spans lines"):
+        m_secret_conf.fill(rendered, {"StoragePass": "a\nPurgeJobAfter=1"})
 
 
 def test_files_module_writes_diffs_and_fixes_modes(tmp_path):
@@ -461,3 +469,26 @@ def test_no_secret_files_are_tracked_by_git():
         pytest.skip("not a git checkout")
     tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert not [f for f in tracked.splitlines() if f.endswith((".key", ".password")) or "/secrets/" in f]
+
+
+# ---------------------------------------------------------------- tags and batches (configure --tags/--batch)
+
+CONCERNS = {"common", "gpu", "rdma", "nccl", "storage", "munge", "slurm", "health"}
+
+
+@pytest.mark.parametrize("book", ["site.yml", "hardware.yml", "storage.yml", "compile.yml"])
+def test_every_play_carries_the_tag_of_its_concern(book):
+    """--tags selects whole concerns: every play has one concern tag (the compile play runs always), so every
+    role's tasks inherit it."""
+    for play in _yaml(ROOT / "playbooks" / book):
+        if "import_playbook" in play or "ansible.builtin.import_playbook" in play:
+            continue
+        tags = set(play.get("tags") or [])
+        assert tags and tags <= CONCERNS | {"always"}, (book, play["name"], tags)
+        assert len(tags) == 1, (book, play["name"], tags)
+
+
+def test_the_slurm_play_rolls_in_batches():
+    plays = {p["name"]: p for p in _yaml(ROOT / "playbooks" / "site.yml") if "name" in p}
+    slurm = plays["Slurm | accounting, controller, compute and login nodes"]
+    assert "gpucluster_batch" in str(slurm["serial"]) and "100%" in str(slurm["serial"])

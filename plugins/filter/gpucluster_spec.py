@@ -4,6 +4,7 @@ Why filters that read files: the spec is compiled once per run on the controller
 gpucluster.compiled) into the cluster's state folder; roles read its facts.json and rendered/ files and
 never parse the spec again. Each filter takes plain data and returns plain data (docs/storage.md).
 
+  gpucluster_facts(state_dir, section) one section of facts.json (e.g. slurm, node_groups)
   gpucluster_storage(state_dir)        flash and NFS tiers: mounts, units, replicas, servers, exports
   gpucluster_fabric(state_dir)         fabric type, RoCE QoS (DSCP, PFC, ECN, MTU), InfiniBand SM
   gpucluster_nccl(state_dir)           per GPU node group: nccl.conf / env script names and text
@@ -43,6 +44,11 @@ def _facts_at(path: str, mtime_ns: int) -> dict:
 def _facts(state_dir: str) -> dict:
     path = _compiled(state_dir) / "facts.json"
     return _facts_at(str(path), path.stat().st_mtime_ns)
+
+
+def facts(state_dir: str, section: str) -> Any:
+    """One section of the compiled facts (facts.json), e.g. 'slurm' or 'node_groups'."""
+    return _facts(state_dir)[section]
 
 
 def storage_facts(state_dir: str) -> dict:
@@ -92,6 +98,7 @@ def render(context: dict, name: str) -> str:
 class FilterModule:
     def filters(self) -> dict:
         return {
+            "gpucluster_facts": facts,
             "gpucluster_storage": storage_facts,
             "gpucluster_fabric": fabric_facts,
             "gpucluster_nccl": nccl_files,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
@@ -11,20 +10,24 @@ import time
 from pathlib import Path
 
 from gpucluster import __version__
+from gpucluster.configure import cli as configure_cli
+from gpucluster.demo import cli as demo_cli
+from gpucluster.emulate import cli as emulate_cli
 from gpucluster.errors import OperationError, SpecError, UsageError
+from gpucluster.inventory import cli as inventory_cli
+from gpucluster.stage import cli as stage_cli
+from gpucluster.validate import cli as validate_cli
 
-# Subcommands that live with their concern; each module has register(subparsers).
-PLUGINS = ("gpucluster.stage.cli", "gpucluster.inventory.cli", "gpucluster.configure.cli", "gpucluster.validate.cli",
-           "gpucluster.emulate.cli", "gpucluster.demo.cli")
+# Subcommands that live with their concern: each of these modules parses its arguments and prints, and
+# imports its package's library code only when the command runs (so `gpucluster --help` stays quick).
+SUBCOMMANDS = (stage_cli, inventory_cli, configure_cli, validate_cli, emulate_cli, demo_cli)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from gpucluster.cluster import check_meaning
+    from gpucluster.cluster import check_file
     from gpucluster.report.terminal import Screen, print_check
-    from gpucluster.spec.loader import load_spec
 
-    loaded = load_spec(args.spec)
-    findings = check_meaning(loaded)
+    loaded, findings = check_file(args.spec)
     rich = False if args.no_color else None
     err = Screen(sys.stderr, rich=rich)
     if any(f.level == "error" for f in findings):
@@ -131,13 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cabling", action="store_true", help="skip the per-port cabling map")
     p.add_argument("--no-color", action="store_true", help="plain output even on a terminal (also: NO_COLOR=1)")
     p.set_defaults(func=cmd_render)
-    for name in PLUGINS:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name and name.startswith(exc.name):
-                continue  # that concern is not installed in this build
-            raise
+    for module in SUBCOMMANDS:
         module.register(sub)
     return parser
 

@@ -25,6 +25,7 @@ from gpucluster import __version__
 from gpucluster.cluster import Cluster, load_cluster
 from gpucluster.render import render_all, templates_dir
 from gpucluster.render.files import nccl_texts, profile_differences
+from gpucluster.render.slurm import DBD
 from gpucluster.render.topology import slurm_switches
 
 COMPILED = "compiled"
@@ -87,6 +88,7 @@ def facts(cluster: Cluster, rendered: dict[str, str]) -> dict:
         "nccl": nccl,
         "slurm": {"version": spec.slurm.version, "topology": spec.slurm.topology, "profile": spec.slurm.profile,
                   "profile_differences": profile_differences(cluster),
+                  "dbd": {"host": cluster.dbd_host, **DBD} if cluster.dbd_host else None,
                   "accounting": spec.slurm.accounting, "nodes": nodes, "switches": switches,
                   "files": sorted(n for n in rendered if n in ("slurm.conf", "gres.conf", "cgroup.conf",
                                                                "topology.conf"))},

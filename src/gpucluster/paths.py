@@ -71,9 +71,10 @@ def state_dir(cluster: str, given: str | os.PathLike | None = None) -> Path:
 
 
 def private_dir(path: str | os.PathLike, *, what: str = "state folder") -> Path:
-    """Create `path` (0700) or check the one there: a real folder (not a link), owned by this user, and
-    no access for group or others. Anything else is refused, since whoever controls such a folder can
-    feed Ansible variables or read the cluster's secrets."""
+    """Create `path` (0700) or check the one there: a real folder (not a link), owned by this user, that no
+    one else can write. Anything else is refused, since whoever controls such a folder can feed Ansible
+    variables or swap the cluster's files. A folder of ours that others can only read (0755, as an older
+    gpucluster made its cache) is closed to 0700 on the way."""
     p = Path(path)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -88,7 +89,20 @@ def private_dir(path: str | os.PathLike, *, what: str = "state folder") -> Path:
     if st.st_uid != os.geteuid():
         raise UsageError(f"{p}: the {what} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}); another "
                          "user could change what runs: remove it, or choose another path")
-    if st.st_mode & 0o077:
+    if st.st_mode & 0o022:
         raise UsageError(f"{p}: the {what} is open to other users (mode {stat.S_IMODE(st.st_mode):04o}); "
-                         f"run chmod 700 {p}")
+                         f"check what is in it, then run chmod 700 {p}")
+    if st.st_mode & 0o077:
+        os.chmod(p, 0o700)
     return p
+
+
+def cache_dir(*parts: str) -> Path:
+    """A private folder under $GPUCLUSTER_CACHE_DIR, else $XDG_CACHE_HOME/gpucluster, else
+    ~/.cache/gpucluster, made 0700 and checked (private_dir)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    folder = Path(os.environ.get("GPUCLUSTER_CACHE_DIR") or Path(base) / "gpucluster")
+    private_dir(folder, what="cache folder")
+    for part in parts:
+        folder = private_dir(folder / part, what="cache folder")
+    return folder

@@ -6,8 +6,10 @@ Fixture API (session scope; other test files reuse it, so it stays small):
         c = staged_cluster
         c.spec, c.plan                           # the spec model and its plan (expected values come from here)
         c.spec_path                              # examples/staging.yaml (absolute)
-        c.inventory                              # Path of the inventory's hosts.yml (its folder: c.inventory.parent)
-        c.state_dir                              # the staged cluster's state folder (keys, secrets/, rendered/)
+        c.inventory                              # hosts.yml of `gpucluster inventory --ssh-config` (folder: .parent)
+        c.state_dir                              # the cluster's private state folder (secrets/, compiled/, runner/)
+        c.secrets_file                           # the operator's secrets file (gpucluster secrets --generate)
+        c.apt_before                             # host -> apt index of the fresh image before the first configure
         c.staged                                 # gpucluster.stage.podman.StagedCluster (ports, ssh_config, containers)
         c.first_configure                        # ConfigureResult of the configure run made at setup
         c.hosts("slurm_compute")                 # inventory hosts of a contract group, sorted
@@ -18,8 +20,10 @@ Fixture API (session scope; other test files reuse it, so it stays small):
         c.wait_ssh("gpu04")                      # after `podman start`: sshd answers and systemd has booted
         c.logs                                   # folder with stage.log and configure-N.log
 
-Setup stages the cluster with a state folder and inventory folder under pytest's tmp path (so CI
-and a developer's own cluster never share names, networks or ports), runs configure once, and
+Setup stages the cluster with its folders under pytest's tmp path (so CI and a developer's own cluster
+never share names, networks or ports), then treats the containers as a fleet gpucluster did not stage:
+`gpucluster inventory --ssh-config` on the stage's ssh_config, `gpucluster secrets --generate`, and
+configure with --secrets. In CI the node image is built in the same run. It runs configure once, and
 yields even when that configure failed (test_cluster.py::test_first_configure_converged reports
 it; check c.first_configure.ok before relying on services). Teardown removes the containers,
 network and files, also after failures or Ctrl-C.
@@ -34,6 +38,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +90,8 @@ class StagedHandle:
     staged: object
     first_configure: object = None
     logs: Path = field(default_factory=Path)
+    secrets_file: Path | None = None  # `gpucluster secrets --generate`'s file: configure runs with --secrets
+    apt_before: dict = field(default_factory=dict)  # host -> apt index before the first configure
     _runs: int = 0
 
     def hosts(self, group: str) -> list[str]:
@@ -122,6 +129,7 @@ class StagedHandle:
                 fh.write(line + "\n")
                 fh.flush()
 
+            kwargs.setdefault("secrets", self.secrets_file)
             result = configure(self.inventory, log=log, **kwargs)
             fh.write(summary(result) + "\n")
         result.log_path = log_path
@@ -145,9 +153,43 @@ class StagedHandle:
         raise AssertionError(f"{host}: sshd did not answer on 127.0.0.1:{port} within {timeout:.0f}s")
 
 
+def cli(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`gpucluster ARGS` as a user types it (a fresh process), output captured."""
+    return subprocess.run([sys.executable, "-m", "gpucluster.cli", *args], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=timeout, env=env, check=False)
+
+
+def _fresh_image_in_ci(log) -> None:
+    """CI builds the staged-node image in the same run that configures it: a cached image older than an hour
+    once hid a demo that failed on every new machine (apt's cache_valid_time trusted the empty index of a
+    fresh image). Outside CI the recipe-hash cache is kept (a developer's second run takes seconds)."""
+    if not os.environ.get("CI"):
+        return
+    from gpucluster.stage.image import IMAGE_REPO, image_ref
+
+    ref = image_ref()
+    if subprocess.run(["podman", "image", "exists", ref], check=False).returncode == 0:
+        log(f"CI: removing the cached image {ref} so this run builds and configures a fresh one")
+        subprocess.run(["podman", "rmi", "--force", ref], check=True, capture_output=True)
+    log(f"CI: {IMAGE_REPO} will be built from its recipe")
+
+
+def _apt_index(handle: StagedHandle, host: str) -> dict:
+    """What apt's package index looks like on a node: package lists present, and the age of the folder's
+    date (the trap: an emptied index whose folder is newer than an hour looks fresh to cache_valid_time)."""
+    res = handle.exec(host, "sh", "-c", "ls /var/lib/apt/lists | grep -c _Packages; "
+                      "echo $(( $(date +%s) - $(stat -c %Y /var/lib/apt/lists) ))", check=True)
+    lists, age = res.stdout.split()
+    return {"package_lists": int(lists), "folder_age_s": int(age)}
+
+
 @pytest.fixture(scope="session")
 def staged_cluster(tmp_path_factory: pytest.TempPathFactory):
-    """The configured staged cluster of examples/staging.yaml (StagedHandle); torn down at session end."""
+    """The configured staged cluster of examples/staging.yaml (StagedHandle); torn down at session end.
+
+    Set up the way an operator sets up a fleet gpucluster did not stage: the containers are brought up,
+    then the inventory comes from `gpucluster inventory --ssh-config <the stage's ssh_config>`, the secrets
+    from `gpucluster secrets --generate`, and configure runs with --secrets."""
     reason = _missing_tools()
     if reason:
         skip_or_fail(reason)
@@ -158,15 +200,29 @@ def staged_cluster(tmp_path_factory: pytest.TempPathFactory):
     cluster = load_cluster(SPEC)
     loaded, plan = cluster.loaded, cluster.plan
     base = tmp_path_factory.mktemp("staged")
-    state, inv_dir, logs = base / "state", base / "inventory", base / "logs"
+    state, inv_dir, logs = base / "stage", base / "inventory", base / "logs"
+    cluster_state, secrets = base / "cluster-state", base / "operator" / "secrets.json"
     logs.mkdir()
     stage_log = (logs / "stage.log").open("w")
+
+    def log(m: str) -> None:
+        stage_log.write(m + "\n")
+        stage_log.flush()
+
     handle = None
     try:
-        staged, inventory = stage_up(str(SPEC), state=str(state), inventory=str(inv_dir),
-                                     log=lambda m: (stage_log.write(m + "\n"), stage_log.flush()))
-        handle = StagedHandle(spec=loaded.spec, plan=plan, loaded=loaded, spec_path=SPEC, inventory=inventory,
-                              state_dir=state, staged=staged, logs=logs)
+        _fresh_image_in_ci(log)
+        staged, _stage_inventory = stage_up(str(SPEC), state=str(state), inventory=str(base / "stage-inventory"),
+                                            log=log, cluster=cluster)
+        res = cli("inventory", str(SPEC), "-o", str(inv_dir), "--ssh-config", str(staged.ssh_config),
+                  "--state-dir", str(cluster_state))
+        assert res.returncode == 0, f"gpucluster inventory --ssh-config failed: {res.stderr}"
+        res = cli("secrets", "--generate", "-o", str(secrets))
+        assert res.returncode == 0, f"gpucluster secrets --generate failed: {res.stderr}"
+        handle = StagedHandle(spec=loaded.spec, plan=plan, loaded=loaded, spec_path=SPEC,
+                              inventory=inv_dir / "hosts.yml", state_dir=cluster_state, staged=staged, logs=logs,
+                              secrets_file=secrets)
+        handle.apt_before = {h: _apt_index(handle, h) for h in ("ctl01", "gpu01")}
         handle.first_configure = handle.configure()
         yield handle
     finally:
@@ -174,5 +230,5 @@ def staged_cluster(tmp_path_factory: pytest.TempPathFactory):
         try:
             down(StageConfig(cluster=loaded.spec.name, state_dir=state), log=lambda _m: None)
         finally:
-            shutil.rmtree(inv_dir, ignore_errors=True)
-            shutil.rmtree(state, ignore_errors=True)
+            for d in (inv_dir, state, cluster_state, base / "stage-inventory", secrets.parent):
+                shutil.rmtree(d, ignore_errors=True)

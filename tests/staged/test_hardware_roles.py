@@ -29,6 +29,7 @@ from test_storage import (
     converged_cluster,
     expected_groups,
     filters,
+    state_of,
 )
 
 GPU_NVIDIA = expected_groups()["gpu_nvidia"]
@@ -118,7 +119,7 @@ def test_nvidia_driver_version_is_pinned(cluster: Converged, node: str) -> None:
 
 
 def roce_expected() -> dict[str, str]:
-    roce = filters().fabric_facts(str(SPEC))["roce"]
+    roce = filters().fabric_facts(state_of(SPEC))["roce"]
     return {"ROCE_DSCP": str(roce["dscp"]), "ROCE_TOS": str(roce["dscp"] * 4),
             "ROCE_PFC_PRIORITY": str(roce["pfc_priority"]), "ROCE_CNP_DSCP": str(roce["cnp_dscp"]),
             "ROCE_CNP_PRIORITY": str(roce["cnp_priority"]), "ROCE_ECN": "1" if roce["ecn"] else "0",
@@ -161,7 +162,7 @@ def test_roce_script_against_a_fake_device_tree(tmp_path: Path) -> None:
     for side in ("roce_np", "roce_rp"):
         (tmp_path / f"net/ens1/ecn/{side}/enable").mkdir(parents=True)
         (tmp_path / f"net/ens1/ecn/{side}/enable/3").write_text("0\n")
-    facts = filters().fabric_facts(str(SPEC))
+    facts = filters().fabric_facts(state_of(SPEC))
     conf = tmp_path / "roce-qos.conf"
     conf.write_text(filters().render({"cluster": "t", "roce": facts["roce"], "script": str(SCRIPT),
                                       "devices": ["mlx5_0"]}, "fabric/roce-qos.conf.j2"))
@@ -188,8 +189,8 @@ def test_roce_script_against_a_fake_device_tree(tmp_path: Path) -> None:
 @pytest.mark.parametrize("node", GPU_NVIDIA + GPU_AMD)
 def test_nccl_conf_is_the_rendered_file(cluster: Converged, rendered: Path, node: str) -> None:
     host = cluster.host(node)
-    group = next(g for g in filters().nccl_files(str(SPEC)) if node in expected_groups()[f"nodegroup_{g}"])
-    files = filters().nccl_files(str(SPEC))[group]
+    group = next(g for g in filters().nccl_files(state_of(SPEC)) if node in expected_groups()[f"nodegroup_{g}"])
+    files = filters().nccl_files(state_of(SPEC))[group]
     wanted = ((files["conf_name"], "/etc/nccl.conf"), (files["env_name"], "/etc/profile.d/gpucluster-nccl.sh"))
     for name, dest in wanted:
         want = (rendered / name).read_bytes()

@@ -59,6 +59,19 @@ def spec_storage(path: Path = SPEC):
 
 
 @functools.cache
+def state_of(spec: Path = SPEC) -> str:
+    """A private state folder holding `spec` compiled (what playbooks/compile.yml leaves for the roles'
+    filters), one per spec per session."""
+    import tempfile
+
+    from gpucluster.compiled import compile_to
+
+    state = Path(tempfile.mkdtemp(prefix="gpc-compiled-")) / "state"
+    compile_to(load_cluster(spec), state)
+    return str(state)
+
+
+@functools.cache
 def filters():
     """The role's filter plugin, loaded as Ansible loads it (a file under plugins/filter)."""
     spec = importlib.util.spec_from_file_location("gpucluster_spec_filter", REPO / "plugins/filter/gpucluster_spec.py")
@@ -125,8 +138,9 @@ def _rerun(cluster: Converged, playbook: str) -> Rerun:
 
 
 def _groups_of(inventory: Path) -> dict[str, list[str]]:
-    children = yaml.safe_load(inventory.read_text())["all"]["children"]
-    return {name: sorted((g.get("hosts") or {}).keys()) for name, g in children.items()}
+    from gpucluster.inventory.reader import load_inventory
+
+    return {name: sorted(hosts) for name, hosts in load_inventory(inventory).groups.items()}
 
 
 _CLUSTER: dict[str, Converged] = {}
@@ -135,14 +149,14 @@ _CLUSTER: dict[str, Converged] = {}
 def converged_cluster(request: pytest.FixtureRequest) -> Converged:
     """conftest's staged_cluster (staged and configured once per session), shared by test_storage and
     test_hardware_roles. GPUCLUSTER_STAGED_INVENTORY=<hosts.yml of a converged staged cluster> reuses a
-    developer's own cluster instead (its state folder must hold ssh_config)."""
+    developer's own cluster instead (with GPUCLUSTER_STAGED_SSH_CONFIG=<the stage's ssh_config>)."""
     if "c" in _CLUSTER:
         return _CLUSTER["c"]
     given = os.environ.get("GPUCLUSTER_STAGED_INVENTORY")
     if given:
         inventory = Path(given)
-        state = Path(yaml.safe_load(inventory.read_text())["all"]["vars"]["gpucluster_state_dir"])
-        _CLUSTER["c"] = Converged(inventory, state / "ssh_config", _groups_of(inventory))
+        ssh_config = Path(os.environ.get("GPUCLUSTER_STAGED_SSH_CONFIG", inventory.parent / "ssh_config"))
+        _CLUSTER["c"] = Converged(inventory, ssh_config, _groups_of(inventory))
         return _CLUSTER["c"]
     handle = request.getfixturevalue("staged_cluster")
     if not handle.first_configure.ok:
@@ -176,14 +190,16 @@ def test_unit_name_matches_systemd_escape(path: str) -> None:
         pytest.skip("systemd-escape is not installed (systemd)")
     want = subprocess.run(["systemd-escape", "--path", "--suffix=mount", path], capture_output=True, text=True,
                           check=True).stdout.strip()
-    assert filters().unit_name(path) == want
+    from gpucluster.cluster.names import unit_name
+
+    assert unit_name(path) == want
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_storage_facts_follow_the_spec(example: Path) -> None:
     storage = spec_storage(example)
     spec = _spec_and_plan(example)[0]
-    facts = filters().storage_facts(str(example))
+    facts = filters().storage_facts(state_of(example))
     json.dumps(facts)  # plain data, as Ansible needs it
     if storage.flash:
         assert facts["flash"]["mount"] == storage.flash.mount
@@ -200,7 +216,7 @@ def test_storage_facts_follow_the_spec(example: Path) -> None:
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_rendered_nfs_units_carry_the_declared_options(example: Path) -> None:
-    facts = filters().storage_facts(str(example))
+    facts = filters().storage_facts(state_of(example))
     for m in facts["nfs_mounts"]:
         text = filters().render({"cluster": facts["cluster"], "m": m, "timeout": 60}, "storage/nfs-client.mount.j2")
         assert f"\nOptions={m['options']}\n" in text
@@ -209,7 +225,7 @@ def test_rendered_nfs_units_carry_the_declared_options(example: Path) -> None:
 
 
 def test_ganesha_conf_exports_every_declared_path() -> None:
-    facts = filters().storage_facts(str(SPEC))
+    facts = filters().storage_facts(state_of(SPEC))
     ctx = {"cluster": "staging", "host": "nfs01", "tiers": facts["nfs"], "protocols": [3, 4], "clients": ["*"],
            "squash": "Root_Squash", "grace_period": 90, "lease_lifetime": 60}
     text = filters().render(ctx, "storage/ganesha.conf.j2")
@@ -238,7 +254,7 @@ def test_apt_names_refuses_a_bad_version() -> None:
 FLASH_CLIENTS = expected_groups()["flash_client"]
 NFS_CLIENTS = expected_groups()["nfs_client"]
 NFS_SERVERS = expected_groups()["nfs_server"]
-NFS_MOUNTS = filters().storage_facts(str(SPEC))["nfs_mounts"]
+NFS_MOUNTS = filters().storage_facts(state_of(SPEC))["nfs_mounts"]
 
 
 @pytest.mark.staged
@@ -255,7 +271,7 @@ def test_moosefs_servers_run(cluster: Converged, service: str) -> None:
 @pytest.mark.parametrize("node", FLASH_CLIENTS)
 def test_flash_tier_is_mounted_by_a_unit(cluster: Converged, node: str) -> None:
     flash = spec_storage().flash
-    facts = filters().storage_facts(str(SPEC))["flash"]
+    facts = filters().storage_facts(state_of(SPEC))["flash"]
     host = cluster.host(node)
     unit = facts["unit"]
     svc = host.service(unit)

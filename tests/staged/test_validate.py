@@ -80,7 +80,7 @@ def test_full_suite_passes_on_the_staged_cluster(staged_cluster, tmp_path):
     _need_configured(staged_cluster)
     _slurm_healthy(staged_cluster)
     html = tmp_path / "validate.html"
-    rc, out, results = _validate(staged_cluster, tmp_path, "-n", "4", "--html", str(html))
+    rc, out, results = _validate(staged_cluster, tmp_path, "-n", "4", "--probes", "--html", str(html))
     failed = _failed(results)
     assert rc == 0 and not failed, ("failed checks:\n" + "\n".join(f"{k}: {v[:600]}" for k, v in failed.items())
                                     + f"\n\n{out[-3000:]}")

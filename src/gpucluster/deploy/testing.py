@@ -30,11 +30,12 @@ from pulumi.runtime.stack import run_in_stack
 from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
 from gpucluster.deploy.facts import Expectation, Facts
+from gpucluster.paths import pulumi_project
 
 ENROLLMENT = "pulumi-python:dynamic/gpucluster:NodeEnrollment"
 SECRET = "pulumi-python:dynamic/gpucluster:ClusterSecret"
 STACK_TYPE = "pulumi:pulumi:Stack"
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = pulumi_project() or Path.cwd()  # the folder with Pulumi.yaml (gpucluster.paths)
 
 
 def matching_facts(expect: dict, host: str) -> dict:

@@ -35,6 +35,8 @@ def render_slurm(cluster: Cluster) -> dict[str, str]:
     }
     if cluster.spec.slurm.topology != "none":
         out["topology.conf"] = env.get_template("slurm/topology.conf.j2").render(ctx)
+    if cluster.dbd_host:
+        out["slurmdbd.conf"] = env.get_template("slurm/slurmdbd.conf.j2").render(ctx)
     return out
 
 

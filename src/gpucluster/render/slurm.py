@@ -9,6 +9,9 @@ from gpucluster.cluster import Cluster
 from gpucluster.render.topology import blocks, slurm_switches
 
 STATE_DIR = "/var/lib/slurm/slurmctld"
+# slurmdbd on the first controller (the accounting port is one gpucluster owns: slurm.conf names it too).
+DBD = {"port": 6819, "storage_user": "slurm", "storage_db": "slurm_acct_db",
+       "log_file": "/var/log/slurm/slurmdbd.log", "pid_file": "/run/slurmdbd.pid"}
 SPOOL_DIR = "/var/lib/slurm/slurmd"
 LOG_DIR = "/var/log/slurm"
 
@@ -104,6 +107,7 @@ def slurm_context(cluster: Cluster) -> dict:
         ],
         "switches": slurm_switches(plan) if spec.slurm.topology == "tree" else None,
         "param": Parameters(spec.slurm.parameters),
+        "dbd": {"host": cluster.dbd_host, **DBD},
         "scheduler_parameters": scheduler_parameters(scale_for(nodes)),
         "blocks": blocks(plan) if spec.slurm.topology == "block" else None,
     }

@@ -28,19 +28,19 @@ def _hostlist(names) -> str:
 
 def _bytecode_cache() -> BytecodeCache | None:
     """Compiled templates kept between runs (Jinja keys each by the template's source checksum, so an
-    edited template is compiled again): compiling them is ~50 ms of every render. Under
-    $GPUCLUSTER_CACHE_DIR, else $XDG_CACHE_HOME/gpucluster/jinja, else ~/.cache/gpucluster/jinja;
-    none when that folder cannot be made (a read-only home costs only the time)."""
-    base = os.environ.get("GPUCLUSTER_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "gpucluster")
-    folder = os.path.join(base, "jinja")
+    edited template is compiled again): compiling them is ~50 ms of every render. In the private cache
+    folder (gpucluster.paths.cache_dir: 0700, ours; compiled templates are code, so never a folder anyone
+    else can write); none when that folder cannot be had (a read-only home costs only the time)."""
+    from gpucluster.errors import UsageError
+    from gpucluster.paths import cache_dir
+
     try:
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        if not os.access(folder, os.W_OK):
-            return None
-    except OSError:
+        folder = cache_dir("jinja")
+    except UsageError:
         return None
-    return FileSystemBytecodeCache(folder)
+    if not os.access(folder, os.W_OK):
+        return None
+    return FileSystemBytecodeCache(str(folder))
 
 
 @cache

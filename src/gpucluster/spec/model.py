@@ -126,6 +126,10 @@ class Slurm(Strict):
     version: str = Field(default="22.05", pattern=r"^\d{2}\.\d{2}$")
     topology: Literal["tree", "block", "none"] = "tree"
     accounting: bool = True
+    accounting_purge_after: str | None = Field(
+        default=None, pattern=r"^[1-9][0-9]{0,4}(hours?|days?|months?)$",
+        description="slurmdbd.conf Purge*After for every record kind, e.g. 12months; none keeps records forever",
+    )
     profile: Literal["production", "staging"] = Field(
         default="production",
         description="staging swaps the cgroup plugins for ones that run in unprivileged containers",

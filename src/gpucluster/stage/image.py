@@ -169,7 +169,11 @@ def image_size(ref: str) -> int:
 
 @contextlib.contextmanager
 def _build_lock() -> Iterator[None]:
-    path = Path(tempfile.gettempdir()) / "gpucluster-node-image.lock"
+    """One image build at a time per user. The lock lives in the user's private cache folder, never in the
+    shared /tmp, where another user could plant a link under its name."""
+    from gpucluster.paths import cache_dir
+
+    path = cache_dir("locks") / "node-image.lock"
     with path.open("a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:

@@ -1,0 +1,140 @@
+"""The house's shape, so it cannot silently erode (docs/architecture.md):
+
+    errors, paths, trace, slurmtext, catalog -> spec -> fabric -> cluster -> {render, inventory} -> compiled
+      -> {stage, validate, configure, deploy, emulate, report, ...} -> demo -> the CLI modules
+
+A module imports its own package and the floors below it, never one above (function-level imports
+included: a lazy import is still a dependency). Two packages of one floor import each other only where
+listed. Library code never imports a CLI module. Only gpucluster.cluster reads a spec or runs the planner.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parent.parent / "src" / "gpucluster"
+PLUGINS = Path(__file__).resolve().parent.parent / "plugins"
+
+FLOORS = {
+    "gpucluster": 0, "_lazy": 0, "errors": 0, "paths": 0, "trace": 0, "slurmtext": 0, "catalog": 0,
+    "spec": 1,
+    "fabric": 2,
+    "cluster": 3,
+    "render": 4, "inventory": 4,
+    "compiled": 5,
+    "stage": 6, "validate": 6, "configure": 6, "deploy": 6, "emulate": 6, "report": 6, "asbuilt": 6, "health": 6,
+    "demo": 7,
+    "cli": 8,
+}
+# Same-floor imports that are part of the design (the arrow's direction is the only one allowed).
+SAME_FLOOR = {
+    ("deploy", "stage"),  # a Pulumi stack may target a staged cluster: it reads the stage's ports and keys
+    ("deploy", "configure"),  # the stack's secrets are written with configure's secrets file writer
+}
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in SRC.rglob("*.py") if "validate/checks" not in str(p) and "templates" not in p.parts)
+
+
+def _name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "gpucluster"
+
+
+def _is_cli(module: str) -> bool:
+    return module == "gpucluster.cli" or module.endswith(".cli")
+
+
+@cache
+def _imports(path: Path) -> list[tuple[str, int]]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("gpucluster"):
+            out += [(node.module, node.lineno)] + [(f"{node.module}.{a.name}", node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            base = _name(path).split(".")
+            base = base[: len(base) - node.level + (1 if path.name == "__init__.py" else 0)]
+            out.append((".".join(base + ([node.module] if node.module else [])), node.lineno))
+        elif isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names if a.name.startswith("gpucluster")]
+    return out
+
+
+def _floor(module: str) -> int:
+    if _is_cli(module):
+        return FLOORS["cli"]
+    package = _package(module)
+    assert package in FLOORS, f"{module}: package '{package}' has no floor: add it to FLOORS (and the doc)"
+    return FLOORS[package]
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
+def test_imports_only_run_down_the_floors(path):
+    me = _name(path)
+    mine, my_floor = _package(me), _floor(me)
+    bad = []
+    for target, line in _imports(path):
+        if not (SRC.parent / Path(*target.split("."))).with_suffix(".py").exists() and \
+                not (SRC.parent / Path(*target.split("."))).is_dir():
+            continue  # `from gpucluster.x import name`: the name, not a module (its module is checked)
+        theirs = _package(target)
+        if theirs == mine and not (_is_cli(target) and not _is_cli(me)):
+            continue
+        if _is_cli(target) and not _is_cli(me):
+            bad.append(f"line {line}: {target} is a CLI module; library code never imports one")
+        elif _floor(target) > my_floor:
+            bad.append(f"line {line}: {target} is above {me} (floor {_floor(target)} > {my_floor})")
+        elif _floor(target) == my_floor and my_floor > 0 and not _is_cli(me) and (mine, theirs) not in SAME_FLOOR:
+            bad.append(f"line {line}: {me} -> {target}: two packages of floor {my_floor} (not in SAME_FLOOR)")
+    assert not bad, f"{path.relative_to(SRC)}:\n  " + "\n  ".join(bad)
+
+
+def test_same_floor_imports_have_no_cycle():
+    assert not {(b, a) for a, b in SAME_FLOOR} & SAME_FLOOR
+
+
+def _calls(path: Path, names: set[str]) -> list[tuple[str, int]]:
+    hits = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            fn = node.func
+            name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
+            if name in names:
+                hits.append((name, node.lineno))
+    return hits
+
+
+@pytest.mark.parametrize("path", [*_modules(), *sorted(PLUGINS.rglob("*.py"))],
+                         ids=lambda p: str(p.relative_to(SRC.parent.parent)))
+def test_only_the_cluster_floor_reads_a_spec_or_plans(path):
+    """One compiled load: load_spec (the YAML parser) and plan_cluster run inside gpucluster.cluster only."""
+    if path.is_relative_to(SRC / "cluster") or path.is_relative_to(SRC / "spec") or \
+            path.is_relative_to(SRC / "fabric"):
+        return
+    assert not _calls(path, {"load_spec", "plan_cluster", "parse_yaml", "validate_data"}), path
+
+
+@pytest.mark.parametrize("path", [*_modules(), *sorted(PLUGINS.rglob("*.py"))],
+                         ids=lambda p: str(p.relative_to(SRC.parent.parent)))
+def test_no_module_finds_the_checkout_by_counting_parents_or_patches_sys_path(path):
+    """The package works outside a checkout: gpucluster.paths is the one place that looks for one."""
+    if path == SRC / "paths.py":
+        return
+    text = path.read_text()
+    assert ".parents[" not in text, f"{path}: find the checkout through gpucluster.paths"
+    assert "sys.path.insert" not in text and "sys.path.append" not in text, path
+
+
+def test_the_cli_imports_its_subcommands_plainly():
+    text = (SRC / "cli.py").read_text()
+    assert "importlib" not in text and "import_module" not in text

@@ -1,0 +1,134 @@
+"""`gpucluster configure` runs Ansible from the cluster's private state folder, with a minimal environment,
+and takes the cluster's secrets by path: checked here with the compile play alone (it runs on the
+controller, so no node is needed), through the real ansible-runner and ansible-playbook."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+from conftest import example_path
+
+from gpucluster.cli import main
+from gpucluster.configure.runner import configure
+from gpucluster.configure.secrets import generate, read_secrets_file, write_secrets_file
+from gpucluster.errors import UsageError
+from gpucluster.inventory.build import build_inventory
+from gpucluster.paths import private_dir
+
+OLD_SHARED = Path("/tmp/gpucluster-runner")  # where configure used to fall back to: anyone could write there
+
+
+@pytest.fixture
+def inventory(tmp_path) -> Path:
+    return build_inventory(example_path("staging"), tmp_path / "inv").parent
+
+
+def _tree_text(folder: Path) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in folder.rglob("*") if p.is_file())
+
+
+def test_configure_ignores_extravars_planted_in_the_old_shared_folder(inventory, tmp_path, monkeypatch):
+    """Before: no state folder in the inventory meant /tmp/gpucluster-runner, created without an owner or mode
+    check, whose env/extravars ansible-runner reads. A planted gpucluster_spec there must change nothing now."""
+    planted = OLD_SHARED / "env" / "extravars"
+    created = not OLD_SHARED.exists()
+    if created:
+        planted.parent.mkdir(parents=True)
+    saved = planted.read_bytes() if planted.exists() else None
+    try:
+        planted.write_text(json.dumps({"gpucluster_spec": "/nonexistent/planted.yaml"}))
+        monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+        result = configure(inventory, playbook="compile.yml", log=lambda _l: None)
+        assert result.ok, result.failures
+        runner = tmp_path / "xdg" / "gpucluster" / "staging" / "runner"
+        assert result.artifacts.is_relative_to(runner)
+        assert stat.S_IMODE(runner.stat().st_mode) == 0o700
+        assert "planted" not in _tree_text(result.artifacts)
+    finally:
+        if created:
+            shutil.rmtree(OLD_SHARED, ignore_errors=True)
+        elif saved is not None:
+            planted.write_bytes(saved)
+        else:
+            planted.unlink()
+
+
+def test_the_operators_environment_and_the_secrets_stay_out_of_the_artifacts(inventory, tmp_path, monkeypatch):
+    marker = "gpc-operator-marker-" + base64.b32encode(os.urandom(10)).decode()
+    monkeypatch.setenv("GPC_TEST_TOKEN", marker)
+    secrets = generate()
+    path = write_secrets_file(secrets, tmp_path / "private" / "secrets.json")
+    result = configure(inventory, playbook="compile.yml", secrets=path, state_dir=tmp_path / "state",
+                       log=lambda _l: None)
+    assert result.ok, result.failures
+    text = _tree_text(tmp_path / "state" / "runner")
+    assert marker not in text
+    assert secrets["munge_key_b64"] not in text and secrets["slurm_dbd_password"] not in text
+    env = json.loads((result.artifacts / "command").read_text())["env"]
+    assert "GPC_TEST_TOKEN" not in env and env["ANSIBLE_HOST_KEY_CHECKING"] == "True"
+    assert f"@{path}" in " ".join(json.loads((result.artifacts / "command").read_text())["command"])
+
+
+def test_configure_refuses_a_state_folder_others_can_write(inventory, tmp_path):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    state.chmod(0o770)
+    with pytest.raises(UsageError, match="open to other users"):
+        configure(inventory, playbook="compile.yml", state_dir=state, log=lambda _l: None)
+    state.chmod(0o700)
+    os.chown(state, 65534, 65534)  # nobody: root can do it, and a CI machine runs as root
+    with pytest.raises(UsageError, match="belongs to uid 65534"):
+        configure(inventory, playbook="compile.yml", state_dir=state, log=lambda _l: None)
+
+
+def test_private_dir_refuses_a_link(tmp_path):
+    (tmp_path / "real").mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(UsageError, match="not a plain folder"):
+        private_dir(tmp_path / "link")
+    assert stat.S_IMODE(private_dir(tmp_path / "new" / "state").stat().st_mode) == 0o700
+
+
+# ---- the secrets file ------------------------------------------------------------------------------
+
+def test_generated_secrets_are_private_and_well_formed(tmp_path, capsys):
+    out = tmp_path / "keep" / "prod.json"
+    assert main(["secrets", "--generate", "-o", str(out)]) == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    values = read_secrets_file(out)
+    assert len(base64.b64decode(values["munge_key_b64"])) == 1024 and len(values["slurm_dbd_password"]) == 32
+    capsys.readouterr()
+    assert main(["secrets", "--generate", "-o", str(out)]) == 2  # a new key would lock every node out
+    assert "pass --force" in capsys.readouterr().err
+    assert read_secrets_file(out) == values
+    assert main(["secrets", "--generate", "-o", str(out), "--force"]) == 0
+    assert read_secrets_file(out) != values
+
+
+def test_secrets_are_never_generated_into_a_checkout(capsys):
+    inside = Path(__file__).resolve().parent / "leak.json"
+    assert main(["secrets", "--generate", "-o", str(inside)]) == 2
+    assert not inside.exists() and "never written into a checkout" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content, mode, message", [
+    ({"munge_key_b64": "a2V5"}, 0o600, "munge_key_b64 decodes to 3 bytes"),
+    ({"munge_key_b64": "not base64!"}, 0o600, "not base64"),
+    ({"slurm_dbd_password": "x y"}, 0o600, "slurm_dbd_password must be"),
+    ({"ansible_ssh_pass": "x"}, 0o600, "unknown key"),
+    (None, 0o640, "can be read by other users"),
+])
+def test_a_bad_secrets_file_is_refused_before_anything_runs(inventory, tmp_path, capsys, content, mode, message):
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(content if content is not None else generate()))
+    path.chmod(mode)
+    assert main(["configure", str(inventory), "--secrets", str(path), "--state-dir", str(tmp_path / "st")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and str(path) in err and "Traceback" not in err
+    assert not (tmp_path / "st" / "runner" / "artifacts").exists()
