@@ -147,3 +147,21 @@ def test_inventory_from_a_hosts_file_is_read_back_as_ansible_reads_it(tmp_path):
     assert inv.hosts["gpu01"].user == "ops" and inv.hosts["ctl01"].user == "root"
     # the state folder is each operator's own unless given: a Jinja default, never someone's home path
     assert "{{" in inv.vars["gpucluster_state_dir"]
+
+
+@pytest.mark.parametrize("limit, want", [
+    ("gpu[01-02]", ["gpu01", "gpu02"]),
+    ("gpu[01-02,04],ctl01", ["gpu01", "gpu02", "gpu04", "ctl01"]),
+    ("slurm_compute:!gpu[03-04]", ["slurm_compute", "!gpu03", "!gpu04"]),
+    ("webservers[0:2],gpu*", ["webservers[0:2]", "gpu*"]),  # Ansible's own slice and glob pass through
+])
+def test_limit_takes_slurm_hostlists(limit, want):
+    from gpucluster.inventory.reader import limit_terms
+
+    assert limit_terms(limit) == want
+
+
+def test_validate_selects_with_a_slurm_hostlist(tmp_path):
+    out = tmp_path / "inv"
+    assert main(["inventory", str(example_path("staging")), "-o", str(out)]) == 0
+    assert load_inventory(out).select("gpu[02-03],ctl01") == ["gpu02", "gpu03", "ctl01"]

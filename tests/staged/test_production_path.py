@@ -138,11 +138,11 @@ def test_check_mode_shows_one_slurm_conf_change_where_it_lands_and_changes_nothi
 
 
 def test_one_concern_to_some_hosts_in_batches(staged_cluster):
-    """--tags slurm --limit 'gpu[01-02]' --batch 1: only the Slurm play, only those hosts, one at a time, and
-    on a converged cluster nothing to change."""
+    """--tags slurm --limit 'gpu[01-02]' (a Slurm hostlist, as sinfo prints it) --batch 1: only the Slurm
+    play, only those hosts, one at a time, and on a converged cluster nothing to change."""
     c = staged_cluster
     _need_converged(c)
-    result = c.configure(tags="slurm", limit="gpu[01:02]", batch=1)
+    result = c.configure(tags="slurm", limit="gpu[01-02]", batch=1)
     assert result.ok, f"{result.failures} (log {result.log_path})"
     assert set(result.hosts) - {"localhost"} == {"gpu01", "gpu02"}, result.hosts
     assert result.changed == 0, f"{result.changes} (log {result.log_path})"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucluster.errors import UsageError
-from gpucluster.inventory.reader import inventory_file
+from gpucluster.inventory.reader import inventory_file, limit_terms
 from gpucluster.inventory.state import state_dirs
 from gpucluster.paths import ansible_dir, private_dir
 
@@ -331,7 +331,14 @@ def configure(inventory: str | os.PathLike, *, playbook: str = "site.yml", limit
     mode = " (check mode: nothing is changed)" if check else ""
     log(f"configure: {book.relative_to(proj)} on {inv}{mode} (artifacts under {pdd}/artifacts)")
     started = time.monotonic()
-    kwargs: dict[str, Any] = {"limit": limit} if limit else {}
+    kwargs: dict[str, Any] = {}
+    if limit:
+        terms = limit_terms(limit)
+        if len(terms) > 200:  # a fleet's worth of names: Ansible reads them from a file (--limit @FILE)
+            (pdd / "limit").write_text("\n".join(terms) + "\n")
+            kwargs["limit"] = f"@{pdd / 'limit'}"
+        else:
+            kwargs["limit"] = ",".join(terms)
     if cmdline:
         kwargs["cmdline"] = " ".join(shlex.quote(a) for a in cmdline)
     runner = init_runner(

@@ -71,7 +71,7 @@ class Inventory:
         chosen: list[str] = []
         removes: set[str] = set()
         intersect: list[set[str]] = []
-        for raw in re.split(r"[,:]", limit):
+        for raw in limit_terms(limit):
             term = raw.strip()
             if not term:
                 continue
@@ -109,6 +109,35 @@ class Inventory:
 
 
 INVENTORY_NAMES = ("hosts.yml", "hosts.yaml", "inventory.yml", "inventory.yaml")
+_SLURM_RANGE = re.compile(r"^[\w.-]*\[[0-9,-]+\][\w.-]*$")
+
+
+def limit_terms(limit: str) -> list[str]:
+    """An Ansible --limit split into its terms (',' or ':' outside brackets), with Slurm hostlists such as
+    gpu[001-064] or gpu[01-02,07] expanded to host names, as operators write them from sinfo; Ansible's own
+    group slices (webservers[0:2]) and globs pass through. '!' and '&' prefixes are kept on every host."""
+    import hostlist
+
+    terms, depth, cur = [], 0, ""
+    for ch in limit:
+        depth += (ch == "[") - (ch == "]")
+        if ch in ",:" and depth == 0:
+            terms.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    terms.append(cur)
+    out = []
+    for term in (t.strip() for t in terms):
+        if not term:
+            continue
+        op = term[0] if term[0] in "!&" else ""
+        body = term[len(op):]
+        if _SLURM_RANGE.match(body):
+            out += [op + h for h in hostlist.expand_hostlist(body)]
+        else:
+            out.append(term)
+    return out
 _RANGE = re.compile(r"^(?P<head>[^\[]*)\[(?P<lo>[0-9]+|[a-z]):(?P<hi>[0-9]+|[a-z])(?::(?P<step>[0-9]+))?\]"
                     r"(?P<tail>.*)$")
 
