@@ -69,10 +69,22 @@ def load_or_findings(path: Path):
 SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:=^/+-]*$")  # nothing a shell or slurm.conf's tokenizer would split
 
 
+ROCE_LINE = re.compile(r'^ROCE_[A-Z_]+=([A-Za-z0-9_.,:-]*|"[A-Za-z0-9_.:-]+( [A-Za-z0-9_.:-]+)*")$')
+GANESHA_LINE = re.compile(r"^\t*([A-Z][A-Za-z0-9_]* \{|\}|[A-Z][A-Za-z0-9_]* = [^;{}#\n]+;)$")
+
+
 def assert_parseable(out: dict[str, str]) -> None:
     """Whatever the spec said, the configs stay Key=Value tokens and the env scripts stay inert."""
     for name, text in out.items():
-        if name.endswith(".conf"):
+        if name.startswith("ganesha") and name.endswith(".conf"):  # NFS-Ganesha's block syntax
+            for line in text.splitlines():
+                if line and not line.startswith("#"):
+                    assert GANESHA_LINE.match(line), f"{name}: {line!r}"
+        elif name.startswith("roce-qos"):  # shell assignments, read by the rdma role's script
+            for line in text.splitlines():
+                if line and not line.startswith("#"):
+                    assert ROCE_LINE.match(line), f"{name}: unsafe line {line!r}"
+        elif name.endswith(".conf"):
             for line in text.splitlines():
                 if line and not line.startswith("#"):
                     assert all("=" in tok for tok in line.split()), f"{name}: {line!r}"

@@ -18,8 +18,10 @@ import pytest
 from conftest import (
     EXAMPLES,
     GOLDEN_DIR,
+    ROOT,
     cluster_example,
     compiled,
+    dump_spec,
     example_data,
     example_path,
     generic_spec,
@@ -27,13 +29,15 @@ from conftest import (
     spec_from_data,
 )
 
+from gpucluster.cluster import Cluster
 from gpucluster.errors import UsageError
 from gpucluster.render import render_all, write_outputs
 from gpucluster.render.slurm import scale_for
 from gpucluster.render.topology import slurm_switches
 from gpucluster.spec.model import ClusterSpec
 
-GOLDEN = {"staging": True, "meta-24k-roce": False}  # example -> include cabling.csv (2 MB for Meta: not kept)
+# example -> include cabling.csv (2 MB for Meta: not kept). colossus-200k: several node groups (h100, h200).
+GOLDEN = {"staging": True, "meta-24k-roce": False, "colossus-200k": False}
 
 
 def text_of(value) -> str:
@@ -74,9 +78,10 @@ def expand(expr: str) -> list[str]:
 
 # ---- golden files ------------------------------------------------------------------------------
 
-GOLDEN_CASES = [(name, f) for name, cab in GOLDEN.items()
-                for f in ("slurm.conf", "topology.conf", "gres.conf", "cgroup.conf", "nccl.conf", "nccl-env.sh",
-                          "bom.csv", "plan.json", *(["cabling.csv"] if cab else []))]
+# Every file render_all writes for these examples (Slurm, NCCL, RoCE, MooseFS, Ganesha, mount units, bom, plan):
+# a new output needs its golden, and test_every_template_is_rendered_for_the_golden_examples sees that they
+# cover every template.
+GOLDEN_CASES = [(name, f) for name in GOLDEN for f in rendered(name)]
 
 
 @pytest.mark.parametrize("name, filename", GOLDEN_CASES, ids=[f"{n}/{f}" for n, f in GOLDEN_CASES])
@@ -477,3 +482,310 @@ def test_slurm_parameters_merge_over_the_computed_defaults():
                                                                                          "60")
     assert params(conf)["PropagateResourceLimitsExcept"] == "MEMLOCK"
     assert "Epilog" not in params(conf)
+
+
+# ---- every template, and the files of node groups (RoCE settings, storage tiers) ----------------
+
+def test_every_template_is_rendered_for_the_golden_examples(monkeypatch):
+    """One renderer: rendering the golden examples loads every template under templates/ (the HTML report
+    aside, which `gpucluster plan --html` renders), so every template has golden files."""
+    from gpucluster.render import environment, templates_dir
+
+    env = environment()
+    loaded: set[str] = set()
+    real = env.get_template
+
+    def recording(name, *args, **kwargs):
+        loaded.add(str(name))
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(env, "get_template", recording)
+    for name in GOLDEN:
+        render_all(cluster_example(name), cabling=False)
+    root = Path(templates_dir())
+    every = {str(p.relative_to(root)) for p in root.rglob("*.j2")} - {"report/plan.html.j2"}
+    assert every - loaded == set(), f"templates no golden example renders: {sorted(every - loaded)}"
+
+
+def _facts(name_or_cluster) -> dict:
+    from gpucluster.compiled import facts
+
+    cluster = cluster_example(name_or_cluster) if isinstance(name_or_cluster, str) else name_or_cluster
+    return facts(cluster, {k: text_of(v) for k, v in render_all(cluster, cabling=False).items()})
+
+
+def _named(entry: dict) -> list[str]:
+    return [n for v in entry.values() for n in (v if isinstance(v, list) else [v])]
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_facts_name_a_rendered_file_for_every_group_that_needs_one(name):
+    """The compiled facts say which rendered file each node group takes, for every contract group that
+    installs one; every name is a rendered file, and none is left that no group takes."""
+    cluster = cluster_example(name)
+    out = {k: text_of(v) for k, v in render_all(cluster, cabling=False).items()}
+    files = _facts(cluster)["files"]
+    assert set(files) == {g.name for g in cluster.spec.node_groups}
+    need = {"flash_meta": "moosefs_master", "flash_chunk": "moosefs_chunkserver", "flash_client": "flash_mount",
+            "nfs_server": "ganesha", "nfs_client": "nfs_mounts", "fabric_roce": "roce_qos"}
+    for g in cluster.spec.node_groups:
+        member = cluster.memberships(g)
+        for contract, purpose in need.items():
+            assert (purpose in files[g.name]) == (contract in member), (g.name, contract, files[g.name])
+        for mount in cluster.storage["nfs_mounts"]:
+            assert (g.name in mount["client_groups"]) == (mount["unit"] in files[g.name].get("nfs_mounts", []))
+        assert set(_named(files[g.name])) <= set(out), f"{g.name}: {files[g.name]} names a file not rendered"
+    taken = {n for entry in files.values() for n in _named(entry)}
+    host_files = {n for n in out if n.endswith((".mount", ".cfg")) or n.startswith(("ganesha", "roce-qos"))}
+    assert host_files == taken, f"rendered but taken by no node group: {sorted(host_files - taken)}"
+
+
+def test_mount_units_are_named_by_their_systemd_unit_one_per_mount():
+    from gpucluster.cluster.names import unit_name
+
+    spec = cluster_example("meta-24k-roce").spec
+    out = rendered("meta-24k-roce")
+    mounts = [spec.storage.flash.mount] + [e.mount for t in spec.storage.nfs for e in t.exports]
+    assert sorted(n for n in out if n.endswith(".mount")) == sorted(unit_name(m) for m in mounts)
+    for m in mounts:
+        assert f"\nWhere={m}\n" in out[unit_name(m)]
+
+
+def _roce_devices(text: str) -> list[str]:
+    line = next(line for line in text.splitlines() if line.startswith("ROCE_DEVICES="))
+    return line.split("=", 1)[1].strip('"').split()
+
+
+def test_roce_settings_are_one_file_while_the_groups_share_their_hcas():
+    spec = cluster_example("colossus-200k").spec
+    out = rendered("colossus-200k")
+    assert [n for n in out if n.startswith("roce-qos")] == ["roce-qos.conf"]
+    assert {tuple(cluster_example("colossus-200k").hcas(g)) for g in spec.fabric_groups} == {
+        tuple(_roce_devices(out["roce-qos.conf"]))}
+    roce = spec.fabric.roce
+    conf = params(out["roce-qos.conf"])
+    assert (conf["ROCE_DSCP"], conf["ROCE_TOS"], conf["ROCE_PFC_PRIORITY"]) == (
+        str(roce.dscp), str(roce.dscp * 4), str(roce.pfc_priority))
+    assert _facts("colossus-200k")["files"]["h200"]["roce_qos"] == "roce-qos.conf"
+
+
+def test_groups_with_different_hcas_get_their_own_roce_settings():
+    data = example_data("colossus-200k")
+    data["node_groups"][2]["hcas"] = [f"mlx5_{i + 10}" for i in range(8)]
+    for g in data["node_groups"][1:3]:
+        g["count"] = 64
+    cluster = compiled(spec_from_data(data))
+    out = {k: text_of(v) for k, v in render_all(cluster, cabling=False).items()}
+    assert "roce-qos.conf" not in out
+    assert _roce_devices(out["roce-qos.h100.conf"]) == [f"mlx5_{i}" for i in range(8)]
+    assert _roce_devices(out["roce-qos.h200.conf"]) == [f"mlx5_{i + 10}" for i in range(8)]
+    files = _facts(cluster)["files"]
+    assert (files["h100"]["roce_qos"], files["h200"]["roce_qos"]) == ("roce-qos.h100.conf", "roce-qos.h200.conf")
+
+
+def test_infiniband_renders_no_roce_settings():
+    assert not [n for n in rendered("meta-24k-ib") if n.startswith("roce-qos")]
+    assert all("roce_qos" not in entry for entry in _facts("meta-24k-ib")["files"].values())
+
+
+def _two_nfs_servers() -> ClusterSpec:
+    """staging with a second NFS server group serving a second tier to the same clients, NFSv4 only."""
+    data = example_data("staging")
+    nfs = next(g for g in data["node_groups"] if g["name"] == "nfs")
+    data["node_groups"].append({**nfs, "name": "nfs-b", "hostname": "nfsb##"})
+    data["storage"]["nfs"].append({"name": "scratch", "server_group": "nfs-b",
+                                   "ganesha": {"protocols": [4], "squash": "No_Root_Squash"},
+                                   "exports": [{"path": "/export/scratch", "mount": "/scratch"}]})
+    return spec_from_data(data)
+
+
+def test_each_nfs_server_group_gets_its_own_ganesha_conf():
+    cluster = compiled(_two_nfs_servers())
+    out = {k: text_of(v) for k, v in render_all(cluster, cabling=False).items()}
+    assert "ganesha.conf" not in out
+    home, scratch = out["ganesha.nfs.conf"], out["ganesha.nfs-b.conf"]
+    assert "Path = /export/home;" in home and "/export/scratch" not in home
+    assert "Path = /export/scratch;" in scratch and "/export/home" not in scratch
+    assert "\tProtocols = 3, 4;\n\tNFS_Port" in home and "\tProtocols = 4;\n\tNFS_Port" in scratch
+    assert "Squash = No_Root_Squash;" in scratch and "Squash = Root_Squash;" in home
+    files = _facts(cluster)["files"]
+    assert (files["nfs"]["ganesha"], files["nfs-b"]["ganesha"]) == ("ganesha.nfs.conf", "ganesha.nfs-b.conf")
+    assert files["gpu"]["nfs_mounts"] == ["home-shared.mount", "scratch.mount"]
+    assert "\nWhat=nfsb01:/export/scratch\n" in out["scratch.mount"]
+
+
+def test_one_server_group_speaks_every_protocol_its_tiers_ask_for():
+    data = example_data("staging")
+    data["storage"]["nfs"][0]["ganesha"] = {"protocols": [4]}
+    data["storage"]["nfs"].append({"name": "scratch", "server_group": "nfs", "ganesha": {"protocols": [3]},
+                                   "exports": [{"path": "/export/scratch", "mount": "/scratch"}]})
+    conf = render_spec(spec_from_data(data))["ganesha.conf"]
+    assert "\tProtocols = 3, 4;\n\tNFS_Port" in conf
+    exports = conf.split("\nEXPORT {")[1:]
+    assert ["Protocols = 4;" in exports[0], "Protocols = 3;" in exports[1]] == [True, True]
+    assert [int(e.split("Export_Id = ")[1].split(";")[0]) for e in exports] == [1, 2]
+
+
+# ---- the roles install exactly the rendered bytes --------------------------------------------------
+# The roles' own expressions (preflight set_facts, include conditions, copy src/dest/loop) are evaluated with
+# Ansible's templar and the project's filter plugins, for hosts of every node group, against a compiled state
+# folder: each copy's src must be a compiled rendered file, and the files a host gets are the ones the facts
+# name for its node group, byte for byte what render_all writes.
+
+ROLE_HOSTS = {"flash_storage": ("flash_meta", "flash_chunk", "flash_client"), "nfs": ("nfs_server", "nfs_client"),
+              "rdma": ("fabric_roce",)}
+
+
+def _yaml_file(path: Path):
+    import yaml
+
+    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+
+
+def _trusted(value):
+    """Role files are templates to Ansible (2.19 templates only strings it trusts, as it does the role's own)."""
+    from ansible.template import trust_as_template
+
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, dict):
+        return {k: _trusted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_trusted(v) for v in value]
+    return value
+
+
+class RoleRun:
+    """The variable flow of one role on one host, without a node: set_fact, include conditions, copies."""
+
+    def __init__(self, role: str, host_vars: dict):
+        from ansible.plugins.loader import filter_loader
+
+        filter_loader.add_directory(str(ROOT / "plugins" / "filter"))
+        self.base = ROOT / "roles" / role
+        role_vars = {**_yaml_file(self.base / "defaults/main.yml"), **_yaml_file(self.base / "vars/main.yml"),
+                     **_yaml_file(self.base / "vars/Debian.yml")}
+        self.vars = {**_trusted(role_vars), **host_vars}
+        self.copies: list[tuple[str, str]] = []
+
+    def value(self, expr):
+        from ansible.parsing.dataloader import DataLoader
+        from ansible.template import Templar, trust_as_template
+
+        templar = Templar(loader=DataLoader(), variables=self.vars)
+        if isinstance(expr, str):
+            return templar.template(trust_as_template(expr))
+        return expr
+
+    def true(self, task: dict) -> bool:
+        when = task.get("when", [])
+        return all(self.value("{{ " + str(c) + " }}") in (True, "True") for c in
+                   (when if isinstance(when, list) else [when]))
+
+    def run(self, tasks_file: str, only: str | None = None) -> None:
+        from ansible.errors import AnsibleUndefinedVariable
+
+        for task in _yaml_file(self.base / "tasks" / tasks_file):
+            copy = task.get("ansible.builtin.copy") or {}
+            installs = "rendered" in str(copy.get("src", ""))
+            if only and task.get("name") != only:
+                continue
+            if "ansible.builtin.set_fact" in task:
+                try:  # facts from what a node reports (registered results) are not this test's: skipped
+                    if self.true(task):
+                        self.vars.update({k: self.value(v) for k, v in task["ansible.builtin.set_fact"].items()})
+                except AnsibleUndefinedVariable:
+                    continue
+            includes = [task[k] for k in ("ansible.builtin.import_tasks", "ansible.builtin.include_tasks") if k in task]
+            if (includes or installs) and not self.true(task):
+                continue
+            for name in includes:
+                self.run(name)
+            if installs:
+                saved = dict(self.vars)
+                self.vars.update({k: self.value(v) for k, v in (task.get("vars") or {}).items()})
+                for item in self.value(task["loop"]) if "loop" in task else [None]:
+                    self.vars["item"] = item
+                    self.copies.append((self.value(copy["src"]), self.value(copy["dest"])))
+                self.vars = saved
+
+
+def _staged_state(tmp_path: Path, data: dict) -> tuple[Cluster, Path]:
+    from gpucluster.cluster import load_cluster
+    from gpucluster.compiled import compile_to
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(dump_spec(data))
+    cluster = load_cluster(spec)
+    return cluster, compile_to(cluster, tmp_path / "state").parent
+
+
+def _variants() -> dict[str, dict]:
+    two_servers = example_data("staging")
+    nfs = next(g for g in two_servers["node_groups"] if g["name"] == "nfs")
+    two_servers["node_groups"].append({**nfs, "name": "nfs-b", "hostname": "nfsb##"})
+    two_servers["storage"]["nfs"].append({"name": "scratch", "server_group": "nfs-b",
+                                          "exports": [{"path": "/export/scratch", "mount": "/scratch"}]})
+    hcas = example_data("colossus-200k")
+    hcas["node_groups"][2]["hcas"] = [f"mlx5_{i + 10}" for i in range(8)]
+    for g in hcas["node_groups"]:
+        g["count"] = min(g["count"], 64)
+    return {"staging": example_data("staging"), "two-nfs-servers": two_servers, "colossus-hcas": hcas}
+
+
+@pytest.mark.parametrize("variant", ["staging", "two-nfs-servers", "colossus-hcas"])
+def test_roles_install_exactly_the_rendered_files(variant, tmp_path):
+    cluster, state = _staged_state(tmp_path, _variants()[variant])
+    rendered_dir = state / "compiled" / "rendered"
+    want_bytes = {k: text_of(v).encode() for k, v in render_all(cluster, cabling=False).items()}
+    files = _facts(cluster)["files"]
+    groups = {**cluster.contract_groups, "all": cluster.hosts}
+    dest_of = {"moosefs_master": "/etc/mfs/{}", "moosefs_metalogger": "/etc/mfs/{}",
+               "moosefs_chunkserver": "/etc/mfs/{}", "flash_mount": "/etc/systemd/system/{}",
+               "nfs_mounts": "/etc/systemd/system/{}", "ganesha": "/etc/ganesha/ganesha.conf",
+               "roce_qos": "/etc/gpucluster/roce-qos.conf"}
+    installed_anything = set()
+    for g in cluster.spec.node_groups:
+        for host in g.hosts[:2]:  # the first host of a group is special (the MooseFS master), the second is not
+            host_vars = {"gpucluster_state_dir": str(state), "gpucluster_node_group": g.name,
+                         "inventory_hostname": host, "groups": groups, "group_names": list(cluster.memberships(g))}
+            got: list[tuple[str, str]] = []
+            for role, contracts in ROLE_HOSTS.items():
+                if not set(contracts) & set(cluster.memberships(g)):
+                    continue
+                run = RoleRun(role, host_vars)
+                if role == "rdma":  # only its roce-qos task is this test's (the rest needs the node's sysfs)
+                    run.run("preflight.yml")
+                    run.run("roce.yml", only=next(t["name"] for t in _yaml_file(run.base / "tasks/roce.yml")
+                                                  if "rendered" in str(t.get("ansible.builtin.copy", {}))))
+                else:
+                    run.run("main.yml")
+                got += run.copies
+            want = []
+            for purpose, names in files[g.name].items():
+                for name in names if isinstance(names, list) else [names]:
+                    if purpose == "moosefs_master" and host != cluster.storage["flash"]["master"]:
+                        continue
+                    if purpose == "moosefs_metalogger" and host == cluster.storage["flash"]["master"]:
+                        continue
+                    want.append((str(rendered_dir / name), dest_of[purpose].format(name)))
+            assert sorted(got) == sorted(want), f"{host} ({g.name})"
+            for src, _dest in got:
+                assert Path(src).read_bytes() == want_bytes[Path(src).name], src
+                installed_anything.add(Path(src).name)
+    assert installed_anything, "no role installed a rendered file"
+
+
+def test_no_role_renders_a_config_file_itself():
+    """The gpucluster_render filter is gone, and the storage roles write no config from inline content (only
+    skip records do)."""
+    assert "gpucluster_render" not in (ROOT / "plugins/filter/gpucluster_spec.py").read_text()
+    for role in ("flash_storage", "nfs", "rdma"):
+        for path in (ROOT / "roles" / role).rglob("*.yml"):
+            assert "gpucluster_render" not in path.read_text(), path
+    for role in ("flash_storage", "nfs"):
+        for path in (ROOT / "roles" / role / "tasks").glob("*.yml"):
+            for task in _yaml_file(path) or []:
+                copy = task.get("ansible.builtin.copy") or {}
+                if "content" in copy:
+                    assert "skip_dir" in str(copy["dest"]), f"{path}: {task['name']} writes inline content"

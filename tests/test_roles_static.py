@@ -25,7 +25,8 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-ROLES = ("common", "munge", "slurm_common", "slurm_controller", "slurm_compute", "slurm_dbd", "slurm_login")
+ROLES = ("common", "munge", "slurm_common", "slurm_controller", "slurm_compute", "slurm_dbd", "slurm_login",
+         "flash_storage", "nfs")
 SECRET_PATHS = ("munge_key_path", "password_path", "slurm_dbd_conf_path")
 
 

@@ -18,6 +18,7 @@ from gpucluster.cluster import check_meaning, load_cluster
 from gpucluster.errors import Finding
 from gpucluster.fabric.plan import _max_down
 from gpucluster.spec.loader import load_spec as load_unchecked
+from gpucluster.spec.model import Slurm
 
 RENDERED = re.compile(r"^(?P<file>[^:]+):(?P<line>\d+): (?P<field>\S+): (?P<msg>.+); (?P<fix>.+) \[(?P<rule>[\w-]+)\]$")
 
@@ -67,7 +68,8 @@ CASES = {
         fix="did you mean 'nodes_per_rack'?"),
     "unknown key, nothing close": Case(
         "staging", "  accounting: true ", "  zzzzzz: true ", "slurm.zzzzzz", "unknown-key",
-        fix="allowed keys here: accounting, partitions, profile, topology, version"),
+        # the slurm section's keys, from the model (the section gains keys; the message lists them all)
+        fix="allowed keys here: " + ", ".join(sorted(Slurm.model_fields))),
     "unknown key in a user catalog entry": Case(
         "meta-rsc-phase1", "      ports: {200: 800}\n", "      portz: {200: 800}\n", "catalog.switches.cs8500.portz",
         "unknown-key", fix="did you mean 'ports'?"),

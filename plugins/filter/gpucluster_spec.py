@@ -4,14 +4,16 @@ Why filters that read files: the spec is compiled once per run on the controller
 gpucluster.compiled) into the cluster's state folder; roles read its facts.json and rendered/ files and
 never parse the spec again. Each filter takes plain data and returns plain data (docs/storage.md).
 
-  gpucluster_facts(state_dir, section) one section of facts.json (e.g. slurm, node_groups)
+  gpucluster_facts(state_dir, section) one section of facts.json (e.g. slurm, node_groups, or files: the
+                                       rendered files each node group takes, by purpose)
   gpucluster_storage(state_dir)        flash and NFS tiers: mounts, units, replicas, servers, exports
   gpucluster_fabric(state_dir)         fabric type, RoCE QoS (DSCP, PFC, ECN, MTU), InfiniBand SM
   gpucluster_nccl(state_dir)           per GPU node group: nccl.conf / env script names and text
-  gpucluster_render(context, name)     render templates/<name> with the same environment as the CLI
   gpucluster_apt_names(pkgs, version)  apt's NAME=VERSION list; pkgs a list (one version) or {name: version}
 
-Roles call the first three once per play (`run_once` + `set_fact`), not once per host.
+Roles call the facts filters once per play (`run_once` + `set_fact`), not once per host. Nothing is rendered here:
+every config file a role installs is a file of `rendered/`, copied byte for byte, and facts.json's `files`
+names the one each node group takes.
 """
 
 from __future__ import annotations
@@ -21,11 +23,6 @@ import re
 from functools import cache
 from pathlib import Path
 from typing import Any
-
-
-def _plain(value: Any) -> Any:
-    """Ansible hands filters lazy, tagged containers; templates and JSON want plain data."""
-    return json.loads(json.dumps(value, default=str))
 
 
 def _compiled(state_dir: str) -> Path:
@@ -88,13 +85,6 @@ def apt_names(packages: list | dict, version: str = "") -> list[str]:
     return out
 
 
-def render(context: dict, name: str) -> str:
-    """Render templates/<name> with gpucluster's Jinja environment (StrictUndefined, trim_blocks)."""
-    from gpucluster.render import environment
-
-    return environment().get_template(str(name)).render(_plain(context))
-
-
 class FilterModule:
     def filters(self) -> dict:
         return {
@@ -102,6 +92,5 @@ class FilterModule:
             "gpucluster_storage": storage_facts,
             "gpucluster_fabric": fabric_facts,
             "gpucluster_nccl": nccl_files,
-            "gpucluster_render": render,
             "gpucluster_apt_names": apt_names,
         }

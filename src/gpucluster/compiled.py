@@ -25,11 +25,13 @@ from gpucluster import __version__
 from gpucluster.cluster import Cluster, load_cluster
 from gpucluster.render import render_all, templates_dir
 from gpucluster.render.files import nccl_texts, profile_differences
+from gpucluster.render.roce import roce_texts
 from gpucluster.render.slurm import DBD
+from gpucluster.render.storage import storage_files
 from gpucluster.render.topology import slurm_switches
 
 COMPILED = "compiled"
-FACTS_VERSION = 1
+FACTS_VERSION = 2  # 2: `files` (the rendered file each node group takes), storage settings
 
 
 @cache
@@ -83,8 +85,9 @@ def facts(cluster: Cluster, rendered: dict[str, str]) -> dict:
         "node_groups": groups,
         "contract_groups": {k: v for k, v in cluster.contract_groups.items() if v},
         "dbd_host": cluster.dbd_host,
-        "storage": cluster.storage,
+        "storage": _storage_facts(cluster),
         "fabric": cluster.fabric,
+        "files": _files(cluster),
         "nccl": nccl,
         "slurm": {"version": spec.slurm.version, "topology": spec.slurm.topology, "profile": spec.slurm.profile,
                   "profile_differences": profile_differences(cluster),
@@ -94,6 +97,28 @@ def facts(cluster: Cluster, rendered: dict[str, str]) -> dict:
                                                                "topology.conf"))},
         "rendered": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in sorted(rendered.items())},
     }
+
+
+def _storage_facts(cluster: Cluster) -> dict:
+    """cluster.storage plus the settings roles act on beyond the files they copy: directories to create
+    and ports to wait for (storage.flash.moosefs), and the protocols each tier's server speaks."""
+    out = dict(cluster.storage)
+    st = cluster.spec.storage
+    if st.flash:
+        out["flash"] = {**out["flash"], "moosefs": st.flash.moosefs.model_dump(mode="json")}
+    out["nfs"] = [{**tier, "ganesha": spec.ganesha.model_dump(mode="json")}
+                  for tier, spec in zip(out["nfs"], st.nfs, strict=True)]
+    return out
+
+
+def _files(cluster: Cluster) -> dict[str, dict]:
+    """Node group -> the rendered files it takes, by purpose (every node group, maybe with none): roles copy
+    `rendered/<name>` and never derive a name. roce_qos (fabric groups on RoCE), moosefs_master,
+    moosefs_metalogger, moosefs_chunkserver (lists), flash_mount, ganesha, nfs_mounts (list)."""
+    out = storage_files(cluster).groups
+    for group, (name, _text) in roce_texts(cluster).items():
+        out[group]["roce_qos"] = name
+    return out
 
 
 def compile_to(cluster: Cluster, state_dir: str | os.PathLike) -> Path:

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gpucluster.cluster import load_cluster
 
@@ -214,21 +213,25 @@ def test_storage_facts_follow_the_spec(example: Path) -> None:
     assert len(set(ids)) == len(ids), "Ganesha needs a unique Export_Id per server"
 
 
+def rendered_file(name: str, spec: Path = SPEC) -> str:
+    """A file of the compiled rendered/ folder: what the roles copy, byte for byte."""
+    return (Path(state_of(spec)) / "compiled" / "rendered" / name).read_text()
+
+
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_rendered_nfs_units_carry_the_declared_options(example: Path) -> None:
     facts = filters().storage_facts(state_of(example))
     for m in facts["nfs_mounts"]:
-        text = filters().render({"cluster": facts["cluster"], "m": m, "timeout": 60}, "storage/nfs-client.mount.j2")
+        text = rendered_file(m["unit"], example)
         assert f"\nOptions={m['options']}\n" in text
         assert f"\nWhat={m['server']}:{m['path']}\n" in text
         assert f"\nWhere={m['mount']}\n" in text
 
 
 def test_ganesha_conf_exports_every_declared_path() -> None:
-    facts = filters().storage_facts(state_of(SPEC))
-    ctx = {"cluster": "staging", "host": "nfs01", "tiers": facts["nfs"], "protocols": [3, 4], "clients": ["*"],
-           "squash": "Root_Squash", "grace_period": 90, "lease_lifetime": 60}
-    text = filters().render(ctx, "storage/ganesha.conf.j2")
+    files = filters().facts(state_of(SPEC), "files")
+    servers = dict.fromkeys(t.server_group for t in spec_storage().nfs)
+    text = "".join(rendered_file(files[group]["ganesha"]) for group in servers)
     for tier in spec_storage().nfs:
         for e in tier.exports:
             assert re.search(rf"Path = {re.escape(e.path)};\s*\n\s*Pseudo = {re.escape(e.path)};", text)
@@ -279,7 +282,7 @@ def test_flash_tier_is_mounted_by_a_unit(cluster: Converged, node: str) -> None:
     mount = host.mount_point(flash.mount)
     assert mount.exists and mount.filesystem == "fuse", f"{node}: {flash.mount} is not a FUSE mount"
     device = mount.device.replace("\\043", "#")  # /proc/mounts escapes '#' as \043
-    port = yaml.safe_load((REPO / "roles/flash_storage/defaults/main.yml").read_text())["flash_storage_ports"]["client"]
+    port = facts["moosefs"]["ports"]["client"]
     assert device == f"mfs#{facts['master']}:{port}", device
 
 

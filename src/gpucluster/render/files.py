@@ -17,7 +17,9 @@ from gpucluster.errors import UsageError
 from gpucluster.fabric.cabling import CABLING_HEADER, bom_rows, cabling_rows
 from gpucluster.fabric.summary import plan_summary
 from gpucluster.render.nccl import gpu_environment, nccl_settings
+from gpucluster.render.roce import render_roce
 from gpucluster.render.slurm import slurm_context
+from gpucluster.render.storage import render_storage
 from gpucluster.render.templating import environment
 from gpucluster.spec.model import NodeGroup
 
@@ -91,11 +93,14 @@ def _csv(rows: list[list]) -> str:
 
 
 def render_all(cluster: Cluster, *, cabling: bool = True) -> dict[str, Output]:
-    """Every file `gpucluster render` writes, by name. Config files come from templates/ only."""
+    """Every file `gpucluster render` writes, by name. Config files come from templates/ only: Slurm, NCCL,
+    the RoCE settings (render/roce.py), the storage tiers' daemon configs and mount units (render/storage.py)."""
     plan = cluster.plan
     out: dict[str, Output] = {}
     out.update(render_slurm(cluster))
     out.update(render_nccl(cluster))
+    out.update(render_roce(cluster))
+    out.update(render_storage(cluster))
     out["bom.csv"] = _csv(bom_rows(plan))
     out["plan.json"] = json.dumps(plan_summary(plan), indent=2) + "\n"
     if cabling:

@@ -296,6 +296,14 @@ def _storage(spec: ClusterSpec) -> Iterator[Finding]:
                                   f"use at least {int(need)} chunk servers or faster drives", "storage")
     for i, nfs in enumerate(st.nfs):
         yield from server(("storage", "nfs", i, "server_group"), nfs.server_group)
+        # One ganesha.conf per server group: its NFSv4 grace and lease times are the server's, not a tier's.
+        first = next(j for j, t in enumerate(st.nfs) if t.server_group == nfs.server_group)
+        for key in ("grace_period", "lease_lifetime"):
+            mine, theirs = getattr(nfs.ganesha, key), getattr(st.nfs[first].ganesha, key)
+            if mine != theirs:
+                yield Finding(("storage", "nfs", i, "ganesha", key), f"{key} {mine} differs from {theirs} of tier "
+                              f"'{st.nfs[first].name}', served by the same group '{nfs.server_group}'",
+                              f"give the tiers of one server group the same {key}", "storage")
         yield from clients(("storage", "nfs", i, "client_groups"), nfs.client_groups)
         for j, ex in enumerate(nfs.exports):
             mounts.append((("storage", "nfs", i, "exports", j, "mount"), ex.mount))

@@ -11,7 +11,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator
 
 from gpucluster.catalog import Catalog
 
@@ -205,6 +205,178 @@ DEFAULT_NFS_OPTIONS = "vers=4.2,nconnect=16,hard,rsize=1048576,wsize=1048576,noa
 ABSPATH = r"^/[A-Za-z0-9._/-]*$"
 
 
+# ==== Storage daemon and mount settings (issue 12: every template is rendered from the spec) ====
+# What the MooseFS and NFS-Ganesha templates (templates/storage/) consume, with the defaults the
+# flash_storage and nfs roles used to carry. Self-contained: the only hooks are `Flash.moosefs` and
+# `Nfs.ganesha`. Values land unquoted in daemon config files and systemd units, so every text field
+# has a pattern; docs/spec.md ("Storage settings") documents each.
+
+# A directory on a storage node: absolute, no '.'/'..' or hidden components, no trailing '/'.
+NODE_DIR = r"^(/[A-Za-z0-9_-][A-Za-z0-9._-]*)+$"
+# MooseFS sizes (mfshdd.cfg(5)): a number with a unit, e.g. 256MiB, 3.5TiB, 500GB.
+MFS_SIZE = r"^[0-9]{1,6}(\.[0-9]{1,3})?([kMGTPE]|[KMGTPE]i)B$"
+# Settings of mfsmaster.cfg / mfschunkserver.cfg the templates write themselves (set them through their field).
+MFS_OWNED = {
+    "WORKING_USER": None, "WORKING_GROUP": None, "EXPORTS_FILENAME": None, "HDD_CONF_FILENAME": None,
+    "DATA_PATH": "moosefs.data_path", "MATOML_LISTEN_PORT": "moosefs.ports.metalogger",
+    "MATOCS_LISTEN_PORT": "moosefs.ports.chunkserver", "MATOCL_LISTEN_PORT": "moosefs.ports.client",
+    "MASTER_HOST": "metadata_group", "MASTER_PORT": "moosefs.ports", "HDD_LEAVE_SPACE_DEFAULT": "moosefs.leave_space",
+}
+
+
+def _mfs_value(value: object) -> str:
+    """A MooseFS cfg value after 'KEY = ': a whole number or one word (no spaces, no '#': MooseFS reads the rest
+    of the line, and a YAML boolean would be guessed at)."""
+    if isinstance(value, bool):
+        raise ValueError("a YAML boolean is not a MooseFS value; write 0 or 1 as MooseFS expects")
+    if isinstance(value, int):
+        return str(value)
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9_.,:/+@-]{1,256}", value):
+        raise ValueError("a MooseFS value is a whole number or one word of letters, digits and _.,:/+@-; "
+                         "write it as MooseFS's example config does")
+    return value
+
+
+def _not_empty(value: tuple) -> tuple:
+    """An empty list is refused here rather than with min_length, which pydantic also reports (as 'too short')
+    when an item was refused: one finding per mistake."""
+    if not value:
+        raise ValueError("the list is empty; give at least one entry or leave the key out for the default")
+    return value
+
+
+MfsKey = Annotated[str, StringConstraints(pattern=r"^[A-Z][A-Z0-9_]*$", max_length=64)]
+MfsValue = Annotated[str, BeforeValidator(_mfs_value)]
+
+
+def _mfs_extra(value: dict[str, str]) -> dict[str, str]:
+    """Keys the templates write are refused, naming the field that sets them (as slurm.parameters does)."""
+    for key in value:
+        if key in MFS_OWNED:
+            field = MFS_OWNED[key]
+            raise ValueError(f"{key} is written by gpucluster; " + (f"set storage.flash.{field} instead" if field
+                                                                     else "remove it (its value is fixed)"))
+    return value
+
+
+def _mfs_network(value: str) -> str:
+    """mfsexports.cfg(5) addresses: '*', A.B.C.D, A.B.C.D/BITS, A.B.C.D/NETMASK or A.B.C.D-E.F.G.H."""
+    import ipaddress
+
+    if not isinstance(value, str) or value == "*":
+        return value  # the str type check reports anything else
+    try:
+        if "-" in value:
+            lo, hi = (ipaddress.IPv4Address(p) for p in value.split("-", 1))
+            if lo > hi:
+                raise ValueError
+        elif "/" in value:
+            ipaddress.IPv4Network(value, strict=False)
+        else:
+            ipaddress.IPv4Address(value)
+    except ValueError:
+        raise ValueError(f"'{value}' is not an mfsexports address; write '*', 10.0.0.0/16, 10.0.0.5 or "
+                         "10.0.0.1-10.0.0.99") from None
+    return value
+
+
+MfsNetwork = Annotated[str, StringConstraints(max_length=40), BeforeValidator(_mfs_network)]
+# One FUSE option of mfsmount, NAME or NAME=VALUE (no comma: the unit joins them with commas).
+MountOption = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*(=[A-Za-z0-9_.:+-]+)?$", max_length=128)]
+
+
+class MfsPorts(Strict):
+    metalogger: int = Field(default=9419, ge=1024, le=65535, description="MATOML_LISTEN_PORT")
+    chunkserver: int = Field(default=9420, ge=1024, le=65535, description="MATOCS_LISTEN_PORT")
+    client: int = Field(default=9421, ge=1024, le=65535, description="MATOCL_LISTEN_PORT")
+
+    @field_validator("chunkserver", "client")
+    @classmethod
+    def _distinct(cls, value: int, info: ValidationInfo) -> int:
+        if value in info.data.values():
+            raise ValueError(f"port {value} is taken by another master port; give each a port of its own")
+        return value
+
+
+class ChunkDir(Strict):
+    path: str = Field(pattern=NODE_DIR, max_length=255, description="an NVMe file system's mount point")
+    limit: str | None = Field(default=None, pattern=MFS_SIZE, description="at most this much is used, e.g. 3.5TiB")
+
+
+class MooseFs(Strict):
+    """storage.flash.moosefs: the MooseFS daemons' config files and the clients' mount unit."""
+
+    ports: MfsPorts = Field(default_factory=MfsPorts)
+    data_path: str = Field(default="/var/lib/mfs", pattern=NODE_DIR, max_length=255)
+    chunk_dirs: tuple[ChunkDir, ...] = Field(default=(ChunkDir(path="/srv/mfs/chunks"),), max_length=64)
+    leave_space: str = Field(default="256MiB", pattern=MFS_SIZE, description="HDD_LEAVE_SPACE_DEFAULT")
+    client_networks: tuple[MfsNetwork, ...] = Field(default=("*",), max_length=64)
+    root_squash: bool = False
+    mount_options: tuple[MountOption, ...] = Field(default=(), max_length=32)
+    mount_timeout: int = Field(default=60, ge=1, le=3600, description="TimeoutSec= of the mount unit")
+    master_extra: dict[MfsKey, MfsValue] = Field(default_factory=dict, max_length=64)
+    chunkserver_extra: dict[MfsKey, MfsValue] = Field(default_factory=dict, max_length=64)
+
+    _chunk_dirs_given = field_validator("chunk_dirs", "client_networks")(_not_empty)
+
+    @field_validator("chunk_dirs")
+    @classmethod
+    def _dirs_once(cls, value: tuple[ChunkDir, ...]) -> tuple[ChunkDir, ...]:
+        paths = [d.path for d in value]
+        if len(set(paths)) < len(paths):
+            raise ValueError("a chunk directory is listed twice; list each NVMe file system once")
+        return value
+
+    @field_validator("mount_options")
+    @classmethod
+    def _own_options(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for opt in value:
+            if opt.split("=", 1)[0] in ("mfsmaster", "mfsport", "_netdev"):
+                raise ValueError(f"mount option '{opt}' is written from the spec (metadata_group, moosefs.ports); "
+                                 "remove it")
+        return value
+
+    @field_validator("master_extra", "chunkserver_extra")
+    @classmethod
+    def _not_owned(cls, value: dict[str, str]) -> dict[str, str]:
+        return _mfs_extra(value)
+
+
+# Ganesha CLIENT entries: '*', a host name or IP, a network A.B.C.D/BITS, a wildcard host or @netgroup.
+GaneshaClient = Annotated[str, StringConstraints(pattern=r"^(\*|@?[A-Za-z0-9*?_.:/-]+)$", max_length=255)]
+
+
+class Ganesha(Strict):
+    """storage.nfs[].ganesha: how NFS-Ganesha serves this tier, and how long its clients wait for a mount."""
+
+    protocols: tuple[Literal[3, 4], ...] = Field(default=(3, 4), max_length=2)
+    grace_period: int = Field(default=90, ge=0, le=180, description="NFSv4 Grace_Period in seconds")
+    lease_lifetime: int = Field(default=60, ge=1, le=120, description="NFSv4 Lease_Lifetime in seconds")
+    squash: Literal["Root_Squash", "No_Root_Squash", "All_Squash"] = "Root_Squash"
+    clients: tuple[GaneshaClient, ...] = Field(default=("*",), max_length=64)
+    mount_timeout: int = Field(default=60, ge=1, le=3600, description="TimeoutSec= of the clients' mount units")
+
+    _lists_given = field_validator("protocols", "clients")(_not_empty)
+
+    @field_validator("protocols")
+    @classmethod
+    def _once(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if len(set(value)) < len(value):
+            raise ValueError("a protocol is listed twice; list 3, 4 or both once")
+        return value
+
+    @field_validator("lease_lifetime")
+    @classmethod
+    def _within_grace(cls, value: int, info: ValidationInfo) -> int:
+        grace = info.data.get("grace_period")
+        if grace and grace < value:
+            raise ValueError(f"lease_lifetime {value} is longer than grace_period {grace}, so clients may not "
+                             "reclaim their state in time; keep it at most the grace period")
+        return value
+
+# ==== end of the storage settings block ==========================================================
+
+
 class Flash(Strict):
     name: str = Field(default="flash", pattern=NAME)
     metadata_group: str
@@ -216,6 +388,7 @@ class Flash(Strict):
     replicas: int = Field(default=2, ge=1, le=9)
     mount: str = Field(default="/mnt/flash", pattern=ABSPATH)
     client_groups: tuple[str, ...] | None = Field(default=None, description="default: compute and login")
+    moosefs: MooseFs = Field(default_factory=MooseFs, description="MooseFS settings (ports, chunk dirs, mount)")
 
 
 class NfsExport(Strict):
@@ -229,6 +402,7 @@ class Nfs(Strict):
     server_group: str
     exports: tuple[NfsExport, ...] = Field(min_length=1)
     client_groups: tuple[str, ...] | None = None
+    ganesha: Ganesha = Field(default_factory=Ganesha, description="NFS-Ganesha settings and the mount timeout")
 
 
 class Storage(Strict):
