@@ -108,16 +108,16 @@ def resolve(fab: Fabric, idx: PlanIndex, site: SiteNames) -> Match:
                 m.unplanned_hosts[i] = site_host
                 continue
             seen(host)
-            if host == site_host:
-                by_desc += 1
-            else:
-                by_map += 1
             hcas = idx.hcas_of(host)
             for port, _peer in node.ports():
                 end = i * PORT_SPAN + port
                 word = dev if port == 1 else f"{dev}/{port}"
                 if word in hcas:
                     set_hca(end, host, word)
+                    if host == site_host:
+                        by_desc += 1
+                    else:
+                        by_map += 1
                 else:
                     m.pending[end] = (host, word)
         elif kind == SWITCH:

@@ -141,7 +141,7 @@ def _rate_ok(fab: Fabric, plan: Plan) -> set[int]:
 def vote(plan: Plan, fab: Fabric, m: Match) -> tuple[dict[int, Counter], dict[str, Counter]]:
     """For switches and NIC names nothing matched: what the matched ends around them say they are.
     A planned cable with one end matched votes for its other end being whatever that end reaches."""
-    nodes, span = fab.nodes, PORT_SPAN
+    span = PORT_SPAN
     votes: dict[int, Counter] = defaultdict(Counter)
     device_votes: dict[str, Counter] = defaultdict(Counter)
     for chunk in cabling_rows(plan):
@@ -152,7 +152,7 @@ def vote(plan: Plan, fab: Fabric, m: Match) -> tuple[dict[int, Counter], dict[st
             for known, want in ((ca, b), (cb, a)):
                 if known is None:
                     continue
-                peer = nodes[known // span].peers[known % span]
+                peer = fab.peer(known // span, known % span)
                 if peer == NO_PEER:
                     continue
                 if peer // span in m.unresolved:

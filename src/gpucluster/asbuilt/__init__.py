@@ -1,0 +1,11 @@
+"""The fabric as built, against the fabric as planned.
+
+ibnetdiscover  a streaming reader of `ibnetdiscover` topology output (InfiniBand)
+lldp           `lldpctl -f json` output of hosts and switches (RoCE)
+graph          the neutral discovered graph both readers produce
+discover       tiers, hosts, bundles and anomalies of a dump, without a plan
+match/verify   the dump against the plan's cabling (cabling_rows): one finding per fault
+topofile       the plan as an ibdiagnet topology file (ibdiagnet -t)
+switchconfig   RoCE lossless QoS for the switches (SONiC, Arista EOS) from fabric.roce
+fabrictest     bandwidth-test pairs, thresholds from the plan, localisation of slow results
+"""
