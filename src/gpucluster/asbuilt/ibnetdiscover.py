@@ -179,9 +179,13 @@ def _file_chunks(fh, size: int = CHUNK) -> Iterator[list[bytes]]:
             yield block[:cut - 1].split(b"\n")
 
 
-def parse(lines: Iterable[str | bytes], source: str = "<dump>") -> Fabric:
-    """Read ibnetdiscover output (lines, text or bytes) into a Fabric, findings included."""
-    return _parse(_line_chunks(lines), source)
+def parse(dump: str | bytes | Iterable[str | bytes], source: str = "<dump>") -> Fabric:
+    """Read ibnetdiscover output (the whole text, or its lines) into a Fabric, findings included."""
+    if isinstance(dump, str):
+        dump = dump.encode("utf-8", "replace")
+    if isinstance(dump, bytes):
+        return _parse([dump.split(b"\n")], source)
+    return _parse(_line_chunks(dump), source)
 
 
 def _parse(batches: Iterable[list[bytes]], source: str) -> Fabric:

@@ -206,6 +206,7 @@ def verify(plan: Plan, fab: Fabric, site: SiteNames | None = None, *, idx: PlanI
         "inferred": bool(m.inferred_switches or m.inferred_devices),
         "inferred_switches": m.inferred_switches,
         "inferred_nic_names": m.inferred_devices,
+        "unplanned_hosts": len({h for h in m.unplanned_hosts.values()}),
         "findings_by_kind": by_kind(findings),
     }
     return Result(findings, summary)
@@ -366,6 +367,9 @@ class _Explainer:
                         self.consume_planned(other)
                 if wrong_rail:
                     msg += f" (rail {rail_x} NIC on a rail {rail_seen} leaf)"
+                stranger = self.m.unplanned_hosts.get(seen // PORT_SPAN)
+                if stranger:
+                    msg += f"; host '{stranger}' is not in the plan (map it with --hosts)"
                 fix = (f"move the cable from {self.name(seen)} to {label(y)}" if isinstance(y[1], int)
                        else f"move the cable at {label(x)} to {label(y)}")
                 self.add("wrong-rail" if wrong_rail else "miscabled", msg, fix,
