@@ -22,6 +22,7 @@ from gpucluster.fabric.plan import Plan, Unit
 from gpucluster.spec.model import parse_ratio
 
 TIERS = ("leaf", "spine", "core", "rail", "all")
+MAX_EVIDENCE = 12  # results quoted per suspect
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,9 @@ def threshold(plan: Plan, tier: str, transport: Transport, efficiency: float | N
     eff = transport.efficiency if efficiency is None else efficiency
     if not 0 < eff <= 1:
         raise UsageError(f"--efficiency {eff}: must be a fraction of the line rate, 0 < F <= 1 (e.g. 0.9)")
-    gbps = plan.speed_gbps * (plan.rails if lanes is None else lanes) * eff / oversubscription(plan, tier)
+    if lanes is None:
+        lanes = 1 if tier == "rail" else plan.rails  # a rail case runs one NIC per node
+    gbps = plan.speed_gbps * lanes * eff / oversubscription(plan, tier)
     return round(gbps / 8 if transport.per_byte else gbps, 1)
 
 
@@ -198,26 +201,27 @@ def cases(plan: Plan, tiers: Iterable[str] = TIERS, transport: str = "nccl",
         raise UsageError(f"transport '{transport}': choose one of {', '.join(TRANSPORTS)}")
     unit_of = {h: u.name for u in plan.units for h in unit_hosts(plan, u)}
     out: list[Case] = []
+    first = 0  # rounds are numbered across tiers and rails: one round, one set of disjoint pairs
     for tier in tiers:
         if tier not in TIERS:
             raise UsageError(f"tier '{tier}': choose from {', '.join(TIERS)}")
         if tier == "all":
-            nodes = tuple(unit_of)
-            out.append(Case("all", nodes, threshold(plan, "all", tr, efficiency), tr.unit))
+            out.append(Case("all", tuple(unit_of), threshold(plan, "all", tr, efficiency), tr.unit, None, first))
+            first += 1
             continue
         if tier == "rail":
             if plan.design != "rail-optimized":
                 continue
             pairs = spine_pairs(plan) or leaf_pairs(plan)
-            for r in range(plan.rails):
-                bar = threshold(plan, "rail", tr, efficiency, lanes=1)
-                for n, members in enumerate(_rounds_of(pairs)):
-                    out += [Case("rail", p, bar, tr.unit, r, n, (unit_of[p[0]], unit_of[p[1]])) for p in members]
-            continue
-        pairs = {"leaf": leaf_pairs, "spine": spine_pairs, "core": core_pairs}[tier](plan)
+            runs = [(r, pairs) for r in range(plan.rails)]
+        else:
+            runs = [(None, {"leaf": leaf_pairs, "spine": spine_pairs, "core": core_pairs}[tier](plan))]
         bar = threshold(plan, tier, tr, efficiency)
-        for n, members in enumerate(_rounds_of(pairs)):
-            out += [Case(tier, p, bar, tr.unit, None, n, (unit_of[p[0]], unit_of[p[1]])) for p in members]
+        for rail, pairs in runs:
+            rounds = _rounds_of(pairs)
+            for n, members in enumerate(rounds):
+                out += [Case(tier, p, bar, tr.unit, rail, first + n, (unit_of[p[0]], unit_of[p[1]])) for p in members]
+            first += len(rounds)
     return out
 
 
@@ -264,7 +268,7 @@ def localise(plan: Plan, outcomes: list[Outcome]) -> Verdict:
         partners = {p for o in mine for p in o.case.nodes if p != node}
         if len(partners) >= 2 and all(o.slow for o in mine):
             bad_nodes.add(node)
-            verdict.suspects.append(Suspect("node", node, tuple(o.evidence() for o in mine),
+            verdict.suspects.append(Suspect("node", node, tuple(o.evidence() for o in mine[:MAX_EVIDENCE]),
                                             f"{node} is slow with every partner ({len(partners)}): check its NICs, "
                                             "PCIe link, GPU-NIC affinity and cables"))
     unexplained = [o for o in outcomes if o.slow and len(o.case.nodes) == 2 and not bad_nodes & set(o.case.nodes)]
@@ -297,20 +301,38 @@ def localise(plan: Plan, outcomes: list[Outcome]) -> Verdict:
         if not all(any(crossing_ok.get((u, rail)) for u in o.case.where if u != unit) for o in slow):
             continue  # the other side is not known to be fine: still ambiguous
         name = _leaf(plan, unit, rail)
-        verdict.suspects.append(Suspect("uplink", name, tuple(o.evidence() for o in slow),
+        verdict.suspects.append(Suspect("uplink", name, tuple(o.evidence() for o in slow[:MAX_EVIDENCE]),
                                         f"every result across the spine/core through {name} is slow while its "
                                         "own pairs and its partners elsewhere are fine: check its uplink "
                                         "cables and optics"))
         blamed.update(slow)
         blamed_units.add(unit)
-    for o in unexplained:
-        if o in blamed:
-            continue
+    _merge_rails(plan, verdict)
+    ambiguous = [o for o in unexplained if o not in blamed]
+    for o in ambiguous:
         a, b = o.case.nodes
         verdict.suspects.append(Suspect("pair", f"{a} / {b}", (o.evidence(),),
                                         "one slow result cannot tell the two apart: run the follow-up cases"))
-        verdict.followups += _split(o, outcomes, bad_nodes)
+    verdict.followups = _followups(plan, ambiguous, outcomes, bad_nodes)
     return verdict
+
+
+def _merge_rails(plan: Plan, verdict: Verdict) -> None:
+    """Every rail leaf of one unit slow across the spine: one suspect, the unit, not one per rail."""
+    if plan.design != "rail-optimized":
+        return
+    by_unit: dict[str, list[Suspect]] = {}
+    for s in verdict.suspects:
+        if s.kind == "uplink":
+            by_unit.setdefault(s.name.rsplit("-r", 1)[0], []).append(s)
+    for unit, mine in by_unit.items():
+        if len(mine) == plan.rails and all(s.name != unit for s in mine):
+            verdict.suspects = [s for s in verdict.suspects if s not in mine]
+            evidence = tuple(e for s in mine for e in s.evidence)[:MAX_EVIDENCE]
+            verdict.suspects.append(Suspect("uplink", unit, evidence,
+                                            f"every rail's leaf of {unit} is slow across the spine while its own "
+                                            "pairs are fine: check what those leaves share (their spines' side, "
+                                            "the optics batch, the rack)"))
 
 
 def _leaf(plan: Plan, unit_name: str, rail: int | None) -> str:
@@ -320,14 +342,40 @@ def _leaf(plan: Plan, unit_name: str, rail: int | None) -> str:
     return leaf_name(plan, unit, rail)
 
 
-def _split(o: Outcome, outcomes: list[Outcome], bad: set[str]) -> list[Case]:
-    """Pair each node of an ambiguous slow pair with a node that tested fine in the same tier."""
-    fine = [n for x in outcomes if not x.slow and x.case.tier == o.case.tier for n in x.case.nodes
-            if n not in bad and n not in o.case.nodes]
-    out = []
-    for node, partner in zip(o.case.nodes, dict.fromkeys(fine), strict=False):
-        out.append(Case(o.case.tier, (node, partner), o.case.threshold, o.case.unit, o.case.rail,
-                        o.case.round + 1, o.case.where))
+def _followups(plan: Plan, ambiguous: list[Outcome], outcomes: list[Outcome], bad: set[str]) -> list[Case]:
+    """Pair each node of an ambiguous slow result with a different node that tested fine in the same
+    tier (a bisection: the next round shows which side is slow), in rounds of disjoint pairs."""
+    unit_of = {h: u.name for u in plan.units for h in unit_hosts(plan, u)}
+    suspects = {n for o in ambiguous for n in o.case.nodes}
+    fine: dict[tuple[str, int | None], list[str]] = {}
+    for x in outcomes:
+        if not x.slow and len(x.case.nodes) == 2:
+            pool = fine.setdefault((x.case.tier, x.case.rail), [])
+            pool += [n for n in x.case.nodes if n not in bad and n not in suspects and n not in pool]
+    wanted: list[tuple[Outcome, str, str]] = []
+    taken: dict[tuple[str, int | None], int] = {}
+    for o in ambiguous:
+        key = (o.case.tier, o.case.rail)
+        pool = fine.get(key, [])
+        for node in o.case.nodes:
+            if not pool:
+                break
+            partner = pool[taken.get(key, 0) % len(pool)]
+            taken[key] = taken.get(key, 0) + 1
+            wanted.append((o, node, partner))
+    first = max((o.case.round for o in outcomes), default=0) + 1
+    out: list[Case] = []
+    groups: dict[tuple[str, int | None], dict[tuple[str, str], Outcome]] = {}
+    for o, node, partner in wanted:
+        groups.setdefault((o.case.tier, o.case.rail), {})[(node, partner)] = o
+    for by_pair in groups.values():
+        rounds = _rounds_of(list(by_pair))
+        for n, members in enumerate(rounds):
+            for node, partner in members:
+                o = by_pair[(node, partner)]
+                out.append(Case(o.case.tier, (node, partner), o.case.threshold, o.case.unit, o.case.rail,
+                                first + n, (unit_of[node], unit_of[partner])))
+        first += len(rounds)
     return out
 
 
@@ -351,7 +399,8 @@ def run_test(plan: Plan, runner: Runner, tiers: Iterable[str] = TIERS, transport
     for _ in range(max_followups):
         if not verdict.followups:
             break
-        outcomes += runner.run(verdict.followups)
+        for n in sorted({c.round for c in verdict.followups}):
+            outcomes += runner.run([c for c in verdict.followups if c.round == n])
         verdict = localise(plan, outcomes)
     return verdict
 
@@ -368,7 +417,7 @@ def summary(plan: Plan, transport: str = "nccl", efficiency: float | None = None
         if not mine:
             continue
         out["tiers"][tier] = {"threshold": mine[0].threshold, "cases": len(mine),
-                              "rounds": len({(c.rail, c.round) for c in mine}),
+                              "rounds": len({c.round for c in mine}),
                               "oversubscription": round(oversubscription(plan, tier), 3)}
     return out
 
