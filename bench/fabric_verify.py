@@ -77,8 +77,9 @@ def write_dump(spec: str, path: Path) -> dict:
             "switches": sum(t.count for t in plan.tier_plans), "dump_mb": round(path.stat().st_size / 1e6, 1)}
 
 
-def one_run(spec: str, dump: Path, folder: Path) -> tuple[float, float, int, dict]:
-    """One verify process: wall seconds, its own peak RSS in MB (wait4's ru_maxrss), exit code, JSON."""
+def one_run(spec: str, dump: Path, folder: Path) -> tuple[float, float, float, int, dict]:
+    """One verify process: wall seconds, CPU seconds (user + system: on a shared machine the steadier
+    figure), its own peak RSS in MB (wait4's ru_maxrss), exit code, JSON."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     out_path, err_path = folder / "verify.json", folder / "verify.err"
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
@@ -90,7 +91,7 @@ def one_run(spec: str, dump: Path, folder: Path) -> tuple[float, float, int, dic
     proc.returncode = os.waitstatus_to_exitcode(status)
     text = out_path.read_text()
     doc = json.loads(text) if text else {"error": err_path.read_text()[-500:]}
-    return wall, usage.ru_maxrss / 1024, proc.returncode, doc
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, proc.returncode, doc
 
 
 def main() -> int:
@@ -116,15 +117,18 @@ def main() -> int:
         print(f"{Path(args.spec).name}: {shape['nodes']:,} nodes, {shape['switches']:,} switches, "
               f"{shape['host_links']:,} host links, {shape['cables']:,} cables; dump {shape['dump_mb']} MB "
               f"(written in {time.perf_counter() - t0:.1f} s)", flush=True)
-        walls, rsss = [], []
+        walls, cpus, rsss = [], [], []
         for i in range(args.runs):
-            wall, rss, rc, doc = one_run(args.spec, dump, folder)
+            wall, cpu, rss, rc, doc = one_run(args.spec, dump, folder)
             walls.append(wall)
+            cpus.append(cpu)
             rsss.append(rss)
             kinds = doc.get("summary", {}).get("findings_by_kind", doc)
-            print(f"  run {i + 1}: {wall:.2f} s, peak RSS {rss:.0f} MB, exit {rc}, findings {kinds}", flush=True)
-        print(f"verify: median {statistics.median(walls):.2f} s (min {min(walls):.2f}, max {max(walls):.2f}), "
-              f"peak RSS {max(rsss):.0f} MB; target < 5 s and < 500 MB")
+            print(f"  run {i + 1}: {wall:.2f} s wall, {cpu:.2f} s CPU, peak RSS {rss:.0f} MB, exit {rc}, "
+                  f"findings {kinds}", flush=True)
+        print(f"verify: median {statistics.median(walls):.2f} s wall (min {min(walls):.2f}, max {max(walls):.2f}), "
+              f"median {statistics.median(cpus):.2f} s CPU, peak RSS {max(rsss):.0f} MB; target < 5 s and < 500 MB; "
+              f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     finally:
         if not args.keep:
             shutil.rmtree(folder, ignore_errors=True)

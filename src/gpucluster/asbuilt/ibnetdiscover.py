@@ -153,142 +153,157 @@ class _Reader:
             self.bad(text, n, "not part of the ibnetdiscover format")
 
 
-def _line_chunks(lines: Iterable[str | bytes]) -> Iterator[list[bytes]]:
-    batch: list[bytes] = []
-    for line in lines:
-        batch.append(line.encode("utf-8", "replace") if isinstance(line, str) else line)
-        if len(batch) >= 4096:
-            yield batch
-            batch = []
-    yield batch
+# The dump as ibnetdiscover prints it, a block or a line per match, tried in order (re's scanner walks
+# the text match by match, in C; Python sees one match per switch port line and one per CA block):
+#   1. a switch's port line          [p]\t"S-guid"[q][(guid) ]\t\t# "desc" lid N 4xNDR[...]
+#   2. a whole CA block              vendid= devid= [sysimgguid=] caguid= Ca\tN "H-guid"\t\t# "desc", its ports
+#   3. a switch block's head         vendid= devid= [sysimgguid=] switchguid= Switch\tN "S-guid"\t\t# "desc" ...
+#   4. blank lines (also taken after 1 and 2, saving a match each)
+#   5. any other line: read alone, with the full patterns (_Reader.line)
+_SCAN = re.compile(
+    rb'\[(\d+)\]\t"([SHR]-[0-9a-f]{16})"\[(\d+)\](?:\([0-9a-f]+\) )?\t\t# "([^"\n]*)" lid \d+ (\S+)[^\n]*\n\n*'
+    rb'|vendid=0x[0-9a-f]+\ndevid=0x[0-9a-f]+\n(?:sysimgguid=0x[0-9a-f]+\n)?caguid=0x[0-9a-f]+\n'
+    rb'Ca\t(\d+) "(H-[0-9a-f]{16})"\t\t# "([^"\n]*)"\n((?:\[\d+\]\([0-9a-f]+\) \t"[SHR]-[0-9a-f]{16}"\[\d+\]'
+    rb'\t\t# lid \d+ lmc \d+ "[^"\n]*" lid \d+ \S+[^\n]*\n)*)\n*'
+    rb'|vendid=0x[0-9a-f]+\ndevid=0x[0-9a-f]+\n(?:sysimgguid=0x[0-9a-f]+\n)?switchguid=0x[0-9a-f]+\([0-9a-f]+\)\n'
+    rb'Switch\t(\d+) "(S-[0-9a-f]{16})"\t\t# "([^"\n]*)" (?:enhanced|base) port 0 lid \d+ lmc \d+\n'
+    rb'|(\n+)'
+    rb'|([^\n]*\n)')
+_CA_PORT = re.compile(rb'\[(\d+)\]\([0-9a-f]+\) \t"([SHR]-[0-9a-f]{16})"\[(\d+)\]\t\t# lid \d+ lmc \d+ '
+                      rb'"([^"\n]*)" lid \d+ (\S+)')
 
 
-def _file_chunks(fh, size: int = CHUNK) -> Iterator[list[bytes]]:
-    """The file's lines in batches, split in C; a batch ends at a line end."""
+def _file_chunks(fh, size: int = CHUNK) -> Iterator[bytes]:
+    """The file in pieces that end after a blank line (a whole number of blocks), else at a line end."""
     rest = b""
     while True:
         block = fh.read(size)
         if not block:
             if rest:
-                yield [rest]
+                yield rest if rest.endswith(b"\n") else rest + b"\n"
             return
         block = rest + block
-        cut = block.rfind(b"\n") + 1
+        cut = block.rfind(b"\n\n") + 2
+        if cut < 2:
+            cut = block.rfind(b"\n") + 1
         rest = block[cut:]
         if cut:
-            yield block[:cut - 1].split(b"\n")
+            yield block[:cut]
 
 
 def parse(dump: str | bytes | Iterable[str | bytes], source: str = "<dump>") -> Fabric:
     """Read ibnetdiscover output (the whole text, or its lines) into a Fabric, findings included."""
+    if not isinstance(dump, str | bytes):
+        dump = b"".join(line.encode("utf-8", "replace") if isinstance(line, str) else line for line in dump)
     if isinstance(dump, str):
         dump = dump.encode("utf-8", "replace")
-    if isinstance(dump, bytes):
-        return _parse([dump.split(b"\n")], source)
-    return _parse(_line_chunks(dump), source)
+    if dump and not dump.endswith(b"\n"):
+        dump += b"\n"
+    return _parse([dump], source)
 
 
-def _parse(batches: Iterable[list[bytes]], source: str) -> Fabric:
-    """The loop is the cost of a 200,000-link dump (~1.2 million port lines), and ibnetdiscover prints
-    every link from both ends (switches first, then CAs). So it works on bytes, reads only the port
-    number of a port line whose link the other end already recorded, and takes the rest of a port or
-    node line apart with one split on its quotes; anything unusual goes to `_Reader.line`, with the
-    full patterns. A second sighting is not compared with the first: a dump that contradicts itself
-    is caught where a first sighting finds the peer's port already taken."""
+def _parse(chunks: Iterable[bytes], source: str) -> Fabric:
+    """The cost of a 200,000-link dump is its ~1.2 million port lines, each link printed from both ends
+    (switches first, then CAs). So the text is walked by one pattern in C, a switch port line or a
+    whole CA block per match; a port whose link the other end already recorded costs one comparison;
+    anything unusual goes to `_Reader.line` with the full patterns. A second sighting is not compared
+    with the first: a dump that contradicts itself is caught where a first sighting finds the peer's
+    port already taken (Fabric.connect)."""
     r = _Reader(source)
     fab = r.fab
-    bad, slow = r.bad, r.line
-    by_key, nodes, node_at = fab.by_key, fab.nodes, fab.node
-    kinds, words, span, port_of = _KINDS, _HEADER_WORDS, PORT_SPAN, _PORTS.get
+    nodes, by_key, node_at = fab.nodes, fab.by_key, fab.node
+    kinds, span = _KINDS, PORT_SPAN
     rate_of: dict[bytes, int] = {}
-    cur, cur_node, cur_peers = -1, None, None
-    n = 0
-    for batch in batches:
-        for line in batch:
-            n += 1
-            c = line[:1]
-            if c != b"[":
-                if not c or c == b"\r":
-                    continue
-                if c in b"vdscr" and line.startswith(_IDS):
-                    if c == b"v":
-                        cur = -1  # a new block: its node line names it
-                    continue
-                parts = line.split(b'"')
-                kind = words.get(line[:line.find(b"\t")]) if c in b"SCR" else None
-                if kind is None or len(parts) != 5 or len(parts[1]) != 18 or parts[2][-2:] != b"# ":
-                    r.cur = cur
-                    slow(line, n)
-                else:  # Switch\t64 "S-guid"\t\t# "desc" enhanced port 0 lid 1 lmc 0, or Ca\t1 "H-guid"\t\t# "desc"
-                    raw = parts[3]
-                    desc = raw.decode("utf-8", "replace")
-                    if kind == HCA and b"ggregation" in raw and is_aggregation(desc):
-                        kind = AGGREGATION
-                    nports = port_of(parts[0][parts[0].find(b"\t") + 1:])
-                    if nports is None:
-                        r.cur = cur
-                        slow(line, n)
-                    else:
-                        key = parts[1]
-                        i = by_key.get(key)
-                        if i is None:
-                            i = node_at(key, kind, desc, nports, n)
-                        node = nodes[i]
-                        if nports >= len(node.peers):
-                            node.grow(nports)
-                        node.nports = max(node.nports, nports)
-                        node.line = node.line or n
-                        node.desc, node.kind = desc, kind
-                        r.cur = i
-                cur = r.cur
-                if cur >= 0:
-                    cur_node = nodes[cur]
-                    cur_peers = cur_node.peers
-                continue
-            if cur < 0:
-                bad(line.decode("utf-8", "replace"), n, "a port line outside any node block")
-                continue
-            port = port_of(line[1:line.find(b"]")], -1)
-            if 0 < port < len(cur_peers) and cur_peers[port] != NO_PEER:
-                continue  # seen from the other end already
-            parts = line.split(b'"')
-            if port <= 0 or len(parts) != 5 or parts[2][:1] != b"[" or len(parts[1]) != 18:
-                r.cur = cur
-                slow(line, n)
-                cur_peers = cur_node.peers
-                continue
-            mid = parts[2]
-            peer_port = port_of(mid[1:mid.find(b"]")])
-            if peer_port is None:
-                r.cur = cur
-                slow(line, n)
-                cur_peers = cur_node.peers
-                continue
-            key = parts[1]
+    line0 = 0
+    for chunk in chunks:
+        at, line_at = 0, line0  # line numbers are counted only where one is needed
+
+        def number(pos: int, chunk: bytes = chunk) -> int:
+            nonlocal at, line_at
+            line_at += chunk.count(b"\n", at, pos)
+            at = pos
+            return line_at + 1
+
+        def first_sight(cur: int, port: int, peer_port: int, key: bytes, desc: bytes, rate: bytes, pos: int) -> None:
+            """A link not recorded yet: both ends at once (the other end's own line will find it set)."""
             peer = by_key.get(key)
             if peer is None:
-                peer = node_at(key, kinds.get(key[0], HCA), parts[3].decode("utf-8", "replace") or None)
-            pn = nodes[peer]
+                peer = node_at(key, kinds.get(key[0], HCA), desc.decode("utf-8", "replace") or None, peer_port)
+            pn, cn = nodes[peer], nodes[cur]
             if peer_port >= len(pn.peers):
                 pn.grow(peer_port)
-            if port >= len(cur_peers):
-                cur_node.grow(port)
-                cur_peers = cur_node.peers
+            if port >= len(cn.peers):
+                cn.grow(port)
             here = cur * span + port
-            if pn.peers[peer_port] not in (NO_PEER, here):
-                fab.connect(cur, port, peer, peer_port, 0, n)  # records the contradiction
-                continue
-            tail = parts[4].split(None, 3)
-            rate = tail[2] if len(tail) > 2 and tail[0] == b"lid" else b""
+            if pn.peers[peer_port] != NO_PEER and pn.peers[peer_port] != here:
+                fab.connect(cur, port, peer, peer_port, 0, number(pos))  # records the contradiction
+                return
             code = rate_of.get(rate)
             if code is None:
                 code = rate_of[rate] = fab.rate_code(rate.decode("utf-8", "replace"))
-            cur_peers[port] = peer * span + peer_port
+            cn.peers[port] = peer * span + peer_port
             pn.peers[peer_port] = here
-            cur_node.rates[port] = code
-            pn.rates[peer_port] = code
-            if pn.desc is None and parts[3]:
-                pn.desc = parts[3].decode("utf-8", "replace")
+            cn.rates[port] = pn.rates[peer_port] = code
+            if pn.desc is None and desc:
+                pn.desc = desc.decode("utf-8", "replace")
+
+        match = _SCAN.scanner(chunk).match
+        m = match()
+        cur_peers = nodes[r.cur].peers if r.cur >= 0 else None
+        while m is not None:
+            last = m.lastindex
+            if last == 5:  # a switch port line
+                port, peer_port = m.group(1, 3)
+                port, peer_port = int(port), int(peer_port)
+                if r.cur < 0:
+                    r.bad(m.group(0).decode("utf-8", "replace"), number(m.start()),
+                          "a port line outside any node block")
+                elif port and peer_port and (port >= len(cur_peers) or cur_peers[port] == NO_PEER):
+                    first_sight(r.cur, port, peer_port, *m.group(2, 4, 5), m.start())
+                    cur_peers = nodes[r.cur].peers
+            elif last == 9 or last == 8:  # a CA block, with its port lines
+                nports, key, desc, ports = m.group(6, 7, 8, 9)
+                i = by_key.get(key)
+                if i is None:
+                    text = desc.decode("utf-8", "replace")
+                    i = node_at(key, HCA, text, int(nports), number(m.start()))
+                node = nodes[i]
+                if node.line == 0 or node.kind == SWITCH or len(node.peers) <= int(nports):
+                    node.nports = max(node.nports, int(nports))
+                    node.grow(node.nports)
+                    node.line = node.line or number(m.start())
+                if b"ggregation" in desc and is_aggregation(desc.decode("utf-8", "replace")):
+                    node.kind = AGGREGATION
+                else:
+                    node.kind = HCA
+                node.desc = desc.decode("utf-8", "replace")
+                r.cur = i
+                cur_peers = node.peers
+                if ports and not (ports.startswith(b"[1](") and cur_peers[1] != NO_PEER
+                                  and ports.count(b"\n") == 1):
+                    for pm in _CA_PORT.finditer(ports):
+                        port = int(pm.group(1))
+                        if port and (port >= len(cur_peers) or cur_peers[port] == NO_PEER):
+                            first_sight(i, port, int(pm.group(3)), *pm.group(2, 4, 5), m.start(9) + pm.start())
+                            cur_peers = node.peers
+            elif last == 12:  # a switch block's head
+                nports, key, desc = m.group(10, 11, 12)
+                n = number(m.end() - 1)
+                i = by_key.get(key)
+                if i is None:
+                    i = node_at(key, SWITCH, None, int(nports), n)
+                node = nodes[i]
+                node.nports = max(node.nports, int(nports))
+                node.grow(node.nports)
+                node.line = node.line or n
+                node.desc, node.kind = desc.decode("utf-8", "replace"), SWITCH
+                r.cur = i
+                cur_peers = node.peers
+            elif last == 14:  # any other line
+                r.line(m.group(14), number(m.start()))
+                cur_peers = nodes[r.cur].peers if r.cur >= 0 else None
+            m = match()
+        line0 += chunk.count(b"\n")
     return _finish(r)
 
 

@@ -81,38 +81,44 @@ def found_rows(plan: Plan, idx: PlanIndex, fab: Fabric, m: Match) -> tuple[set[s
     ([(end, peer)]). Rows as text make the plan's side a set difference in C: a 600,000-cable plan
     costs no Python per cable."""
     nodes, span = fab.nodes, PORT_SPAN
-    sw_name, hca_key, tier = m.sw_name, m.hca_key, idx.switch_tier
+    hca_key, tier = m.hca_key, idx.switch_tier
     node_tail = f",node-leaf,{endpoint_media(plan)}"
     ok = _rate_ok(fab, plan)
+    name_of: list[str | None] = [None] * len(nodes)  # list lookups: 1.2 million of them
+    rank_of = bytearray(len(nodes))
+    for i, name in m.sw_name.items():
+        name_of[i] = name
+        rank_of[i] = _RANK[tier[name]]
     rows: set[str] = set()
+    add = rows.add
     slow: dict[str, int] = {}
     odd: list[tuple[int, int]] = []
-    for i, name in sw_name.items():
+    for i, name in m.sw_name.items():
         t = tier[name]
-        rank = _RANK[t]
+        rank = rank_of[i]
         peers, rates = nodes[i].peers, nodes[i].rates
         base = i * span
         for port, peer in enumerate(peers):
             if peer == NO_PEER:
                 continue
-            other = sw_name.get(peer // span)
+            j = peer // span
+            other = name_of[j]
             if other is not None:
-                ot = tier[other]
-                ro = _RANK[ot]
+                ro = rank_of[j]
                 if rank > ro or (rank == ro and base + port > peer):
                     continue  # written from the other end
-                row = f"{name},{port},{other},{peer % span},{t}-{ot},fiber"
+                row = f"{name},{port},{other},{peer % span},{t}-{tier[other]},fiber"
             else:
                 key = hca_key.get(peer)
                 if key is None:
                     odd.append((base + port, peer))
                     continue
                 row = f"{key},{name},{port}{node_tail}"
-            rows.add(row)
+            add(row)
             if rates[port] not in ok:
                 slow[row] = rates[port]
     for i in m.unplanned_hosts:
-        odd.extend((i * span + port, peer) for port, peer in nodes[i].ports() if peer // span not in sw_name)
+        odd.extend((i * span + port, peer) for port, peer in nodes[i].ports() if name_of[peer // span] is None)
     return rows, slow, odd
 
 
