@@ -120,7 +120,7 @@ def test_one_nic_on_another_rails_leaf(meta):
     wrong = next(f for f in r.findings if f.kind == "wrong-rail")
     assert wrong.detail == {"end": f"{host} mlx5_2", "reaches": end_label(target),
                             "planned": wrong.detail["planned"]}
-    assert "rail 2 NIC on a rail 5 leaf" in wrong.message
+    assert "(rail 2) reaches" in wrong.message and "on a rail 5 leaf" in wrong.message
 
 
 def test_down_rated_link(meta):

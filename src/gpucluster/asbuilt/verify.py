@@ -363,7 +363,11 @@ class _Explainer:
                 rail_x = self.rail_of(y) if host_end else None
                 rail_seen = self.rail_of(other) if host_end else None
                 wrong_rail = host_end and rail_x is not None and rail_seen is not None and rail_x != rail_seen
-                msg = f"{label(x)} reaches {self.name(seen)}; the plan has {label(x)} - {label(y)}"
+                if wrong_rail:
+                    msg = (f"{label(x)} (rail {rail_x}) reaches {self.name(seen)}, on a rail {rail_seen} leaf; "
+                           f"the plan has {label(x)} - {label(y)}")
+                else:
+                    msg = f"{label(x)} reaches {self.name(seen)}; the plan has {label(x)} - {label(y)}"
                 if other and other_plan is None and other not in self.planned_at:
                     msg += f"; {label(other)} has no planned cable"
                 elif other_plan is not None and other_plan != x:
@@ -371,8 +375,6 @@ class _Explainer:
                     if self.peer_of(self.found_at(other_plan)) == NO_PEER:
                         msg += f" ({label(other_plan)} is empty)"
                         self.consume_planned(other)
-                if wrong_rail:
-                    msg += f" (rail {rail_x} NIC on a rail {rail_seen} leaf)"
                 stranger = self.m.unplanned_hosts.get(seen // PORT_SPAN)
                 if stranger:
                     msg += f"; host '{stranger}' is not in the plan (map it with --hosts)"
