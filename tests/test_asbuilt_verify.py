@@ -208,6 +208,12 @@ def test_site_names_through_hosts_file_and_switch_pattern(meta, tmp_path):
     assert r.findings == []
     assert r.summary["matching"]["HCAs by --hosts"] == plan.endpoints
     assert r.summary["matching"]["switches by pattern"] == sum(t.count for t in plan.tier_plans)
+    # the map may give short names while the wire says the fully qualified one
+    short = tmp_path / "short.csv"
+    short.write_text("hostname,address,port,user\n"
+                     + "".join(f"{h},{s.split('.')[0]},22,root\n" for h, s in site.items()))
+    r = run(plan, b, SiteNames(hosts=load_hosts(short), switch_pattern=names.switch_pattern))
+    assert r.findings == [] and r.summary["matching"]["HCAs by --hosts"] == plan.endpoints
     # without the map no host is in the plan: every leaf port reaches a stranger, and says so
     bare = run(plan, b, SiteNames(switch_pattern=names.switch_pattern))
     assert kinds(bare) == Counter({"miscabled": plan.endpoints})

@@ -272,10 +272,7 @@ def _parse(chunks: Iterable[bytes], source: str) -> Fabric:
                     node.nports = max(node.nports, int(nports))
                     node.grow(node.nports)
                     node.line = node.line or number(m.start())
-                if b"ggregation" in desc and is_aggregation(desc.decode("utf-8", "replace")):
-                    node.kind = AGGREGATION
-                else:
-                    node.kind = HCA
+                node.kind = HCA  # an aggregation node is told apart by _finish, from its description
                 node.desc = desc.decode("utf-8", "replace")
                 r.cur = i
                 cur_peers = node.peers
@@ -309,7 +306,7 @@ def _parse(chunks: Iterable[bytes], source: str) -> Fabric:
 
 def _finish(r: _Reader) -> Fabric:
     fab = r.fab
-    for node in fab.nodes:  # peers seen only from the other end still get their kind right
+    for node in fab.nodes:  # SHARP aggregation nodes are Ca nodes that describe themselves so
         if node.kind == HCA and is_aggregation(node.desc):
             node.kind = AGGREGATION
     if r.unparsed > MAX_LINE_FINDINGS:
