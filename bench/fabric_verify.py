@@ -80,7 +80,8 @@ def write_dump(spec: str, path: Path) -> dict:
 def one_run(spec: str, dump: Path, folder: Path) -> tuple[float, float, float, int, dict]:
     """One verify process: wall seconds, CPU seconds (user + system: on a shared machine the steadier
     figure), its own peak RSS in MB (wait4's ru_maxrss), exit code, JSON."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"),
+                                                                    os.environ.get("PYTHONPATH")]))}
     out_path, err_path = folder / "verify.json", folder / "verify.err"
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         t0 = time.perf_counter()
