@@ -21,6 +21,26 @@ sys.path.insert(0, str(ROOT / "tests"))
 from fixtures.asbuilt.fabricgen import MODEL_DESC, build  # noqa: E402
 
 
+@pytest.mark.parametrize("name", ["meta-24k-ib", "meta-24k-roce", "colossus-200k", "frontier-mi250x-roce",
+                                  "meta-rsc-phase1", "staging"])
+def test_plan_index_names_every_switch_the_cabling_names(name):
+    """verify matches switches by the names PlanIndex derives; cabling_rows is the truth for them."""
+    from gpucluster.asbuilt.planned import PlanIndex
+    from gpucluster.fabric.cabling import cabling_rows
+
+    plan = load_cluster(ROOT / "examples" / f"{name}.yaml").plan
+    idx = PlanIndex.of(plan)
+    tiers: dict[str, str] = {}
+    for chunk in cabling_rows(plan):
+        for row in chunk.splitlines():
+            a, _, b, _, link, _ = row.split(",")
+            lower, upper = link.split("-")
+            if lower != "node":
+                tiers[a] = lower
+            tiers[b] = upper
+    assert idx.switch_tier == tiers
+
+
 @pytest.fixture(scope="module")
 def meta():
     plan = load_cluster(ROOT / "examples" / "meta-24k-ib.yaml").plan

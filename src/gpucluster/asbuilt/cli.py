@@ -74,7 +74,6 @@ def _site(args: argparse.Namespace):
         site.hosts = load_hosts(args.hosts)
     if args.switch_pattern:
         site.switch_pattern = switch_pattern(args.switch_pattern)
-        site.switch_source = args.switch_pattern
     return site
 
 

@@ -161,6 +161,3 @@ class Fabric:
         """Links in the graph (each counted once), without walking them in Python."""
         ends = sum(len(n.peers) - n.peers.count(NO_PEER) for n in self.nodes)
         return ends // 2
-
-    def indices(self, kind: str) -> list[int]:
-        return [i for i, n in enumerate(self.nodes) if n.kind == kind]

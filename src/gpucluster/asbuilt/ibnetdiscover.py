@@ -40,7 +40,6 @@ _IDS = (b"vendid=", b"devid=", b"sysimgguid=", b"switchguid=", b"caguid=", b"rtg
 _OTHER = ("Chassis ", "Non-Chassis Nodes", "Hostname:")
 _KINDS = {ord("S"): SWITCH, ord("H"): HCA, ord("R"): ROUTER}
 _HEADER_KINDS = {"Switch": SWITCH, "Ca": HCA, "Rt": ROUTER}
-_HEADER_WORDS = {b"Switch": SWITCH, b"Ca": HCA, b"Rt": ROUTER}
 _PORTS = {str(i).encode(): i for i in range(PORT_SPAN)}  # int() of bytes costs 1.5x a dict lookup
 MAX_LINE_FINDINGS = 50  # unparsed lines kept one by one; the rest are counted
 CHUNK = 4 << 20

@@ -56,7 +56,6 @@ class SiteNames:
 
     hosts: dict[str, str] = field(default_factory=dict)
     switch_pattern: re.Pattern | None = None
-    switch_source: str = ""
 
     def host(self, site: str) -> str:
         """The plan's name for a host the wire calls `site` (itself when unmapped; the domain is

@@ -1,26 +1,17 @@
-"""The plan's side of the comparison: every cable, from `cabling_rows` (the rows of cabling.csv).
+"""What verify knows about the plan before it streams the cables (`cabling_rows`, the rows of
+cabling.csv): switch names and tiers, each host's group and HCAs, each rail leaf's rail. Small beside the
+cabling map, which is never held whole (a 200k-GPU plan has 600k cables).
 
-Nothing here holds the whole cabling map: a 200k-GPU plan has 600k cables, so verify streams the rows
-and keeps only what disagrees. What is kept whole is small: switch names, tiers, each host's HCAs.
+Switch names follow the planner's naming (cabling.leaf_name, spineNNNNN, coreNNNNN); a test checks
+them against the names in cabling_rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
 
-from gpucluster.fabric.cabling import cabling_rows, leaf_name
+from gpucluster.fabric.cabling import leaf_name
 from gpucluster.fabric.plan import Plan
-
-TIER_WORDS = ("node", "leaf", "spine", "core")
-
-
-def rows(plan: Plan) -> Iterator[list[str]]:
-    """[a_device, a_port, b_device, b_port, link, media] for every planned cable."""
-    for chunk in cabling_rows(plan):
-        for row in chunk.splitlines():
-            yield row.split(",")
 
 
 @dataclass
@@ -60,7 +51,3 @@ class PlanIndex:
     def rail(self, host: str, hca: str) -> int:
         hcas = self.hcas_of(host)
         return hcas.index(hca) if hca in hcas else -1
-
-    @cached_property
-    def rate_gbps(self) -> int:
-        return self.plan.speed_gbps

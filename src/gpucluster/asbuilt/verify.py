@@ -225,11 +225,9 @@ class _Explainer:
         self.plan, self.idx, self.fab, self.m, self.p = plan, idx, fab, m, p
         self.findings: list[Finding] = []
         self.planned_at: dict[End, End] = {}
-        self.kind_of: dict[End, str] = {}
-        for a, b, kind in p.unmatched:
+        for a, b, _kind in p.unmatched:
             self.planned_at[a] = b
             self.planned_at[b] = a
-            self.kind_of[a] = self.kind_of[b] = kind
         self.done_planned: set[End] = set()  # ends of planned cables already explained
         self.done_found: set[int] = set()  # discovered port ends already explained
 
