@@ -156,7 +156,8 @@ class _Reader:
 # the text match by match, in C; Python sees one match per switch port line and one per CA block):
 #   1. a switch's port line          [p]\t"S-guid"[q][(guid) ]\t\t# "desc" lid N 4xNDR[...]
 #   2. a whole CA block              vendid= devid= [sysimgguid=] caguid= Ca\tN "H-guid"\t\t# "desc", its ports
-#   3. a switch block's head         vendid= devid= [sysimgguid=] switchguid= Switch\tN "S-guid"\t\t# "desc" ...
+#   3. a whole switch block          vendid= devid= [sysimgguid=] switchguid= Switch\tN "S-guid"\t\t# "desc" ...,
+#                                    its port lines taken apart by one findall (in C, again)
 #   4. blank lines (also taken after 1 and 2, saving a match each)
 #   5. any other line: read alone, with the full patterns (_Reader.line)
 _SCAN = re.compile(
@@ -166,8 +167,10 @@ _SCAN = re.compile(
     rb'\t\t# lid \d+ lmc \d+ "[^"\n]*" lid \d+ \S+[^\n]*\n)*)\n*'
     rb'|vendid=0x[0-9a-f]+\ndevid=0x[0-9a-f]+\n(?:sysimgguid=0x[0-9a-f]+\n)?switchguid=0x[0-9a-f]+\([0-9a-f]+\)\n'
     rb'Switch\t(\d+) "(S-[0-9a-f]{16})"\t\t# "([^"\n]*)" (?:enhanced|base) port 0 lid \d+ lmc \d+\n'
+    rb'((?:\[\d+\]\t"[SHR]-[0-9a-f]{16}"\[\d+\](?:\([0-9a-f]+\) )?\t\t# "[^"\n]*" lid \d+ \S+[^\n]*\n)*)\n*'
     rb'|(\n+)'
     rb'|([^\n]*\n)')
+_SW_PORT = re.compile(rb'\[(\d+)\]\t"([SHR]-[0-9a-f]{16})"\[(\d+)\](?:\([0-9a-f]+\) )?\t\t# "([^"\n]*)" lid \d+ (\S+)')
 _CA_PORT = re.compile(rb'\[(\d+)\]\([0-9a-f]+\) \t"([SHR]-[0-9a-f]{16})"\[(\d+)\]\t\t# lid \d+ lmc \d+ '
                       rb'"([^"\n]*)" lid \d+ (\S+)')
 
@@ -223,8 +226,10 @@ def _parse(chunks: Iterable[bytes], source: str) -> Fabric:
             at = pos
             return line_at + 1
 
-        def first_sight(cur: int, port: int, peer_port: int, key: bytes, desc: bytes, rate: bytes, pos: int) -> None:
-            """A link not recorded yet: both ends at once (the other end's own line will find it set)."""
+        def first_sight(cur: int, port: int, peer_port: int, key: bytes, desc: bytes, rate: bytes, pos: int,
+                        lines: bytes | None = None) -> None:
+            """A link not recorded yet: both ends at once (the other end's own line will find it set).
+            `pos` is where the line starts in the chunk, or where `lines` (the block's port lines) do."""
             peer = by_key.get(key)
             if peer is None:
                 peer = node_at(key, kinds.get(key[0], HCA), desc.decode("utf-8", "replace") or None, peer_port)
@@ -235,6 +240,8 @@ def _parse(chunks: Iterable[bytes], source: str) -> Fabric:
                 cn.grow(port)
             here = cur * span + port
             if pn.peers[peer_port] != NO_PEER and pn.peers[peer_port] != here:
+                if lines is not None:
+                    pos += max(0, lines.find(b"[%d]" % port))
                 fab.connect(cur, port, peer, peer_port, 0, number(pos))  # records the contradiction
                 return
             code = rate_of.get(rate)
@@ -282,9 +289,9 @@ def _parse(chunks: Iterable[bytes], source: str) -> Fabric:
                         if port and (port >= len(cur_peers) or cur_peers[port] == NO_PEER):
                             first_sight(i, port, int(pm.group(3)), *pm.group(2, 4, 5), m.start(9) + pm.start())
                             cur_peers = node.peers
-            elif last == 12:  # a switch block's head
-                nports, key, desc = m.group(10, 11, 12)
-                n = number(m.end() - 1)
+            elif last == 13:  # a switch block, with its port lines
+                nports, key, desc, ports = m.group(10, 11, 12, 13)
+                n = number(m.start(10))
                 i = by_key.get(key)
                 if i is None:
                     i = node_at(key, SWITCH, None, int(nports), n)
@@ -295,8 +302,18 @@ def _parse(chunks: Iterable[bytes], source: str) -> Fabric:
                 node.desc, node.kind = desc.decode("utf-8", "replace"), SWITCH
                 r.cur = i
                 cur_peers = node.peers
-            elif last == 14:  # any other line
-                r.line(m.group(14), number(m.start()))
+                if ports:
+                    at_ports = m.start(13)
+                    for port, key, peer_port, desc, rate in _SW_PORT.findall(ports):
+                        port = int(port)
+                        if port < len(cur_peers) and cur_peers[port] != NO_PEER:
+                            continue  # seen from the other end already
+                        peer_port = int(peer_port)
+                        if port and peer_port:
+                            first_sight(i, port, peer_port, key, desc, rate, at_ports, ports)
+                            cur_peers = node.peers
+            elif last == 15:  # any other line
+                r.line(m.group(15), number(m.start()))
                 cur_peers = nodes[r.cur].peers if r.cur >= 0 else None
             m = match()
         line0 += chunk.count(b"\n")
