@@ -536,7 +536,8 @@ def test_facts_name_a_rendered_file_for_every_group_that_needs_one(name):
             assert (g.name in mount["client_groups"]) == (mount["unit"] in files[g.name].get("nfs_mounts", []))
         assert set(_named(files[g.name])) <= set(out), f"{g.name}: {files[g.name]} names a file not rendered"
     taken = {n for entry in files.values() for n in _named(entry)}
-    host_files = {n for n in out if n.endswith((".mount", ".cfg")) or n.startswith(("ganesha", "roce-qos"))}
+    host_files = {n for n in out if (n.endswith((".mount", ".cfg")) or n.startswith(("ganesha", "roce-qos")))
+                  and not n.endswith(("-qos.cfg", "-qos.json"))}  # a switch tier's QoS file is for switches
     assert host_files == taken, f"rendered but taken by no node group: {sorted(host_files - taken)}"
 
 

@@ -31,6 +31,8 @@ class NicModel(_Part):
 
 class SwitchModel(_Part):
     name: str
+    vendor: str = Field(default="generic", pattern=r"^[a-z][a-z0-9-]*$",
+                        description="picks the switch-side config flavour: arista -> EOS, others -> SONiC")
     ports: dict[int, int] = Field(min_length=1, description="link speed in Gb/s -> port count at that speed")
     fabrics: tuple[str, ...] = Field(min_length=1)
     rack_units: int = Field(default=1, ge=1)
@@ -64,17 +66,19 @@ NICS: dict[str, NicModel] = {
 }
 
 SWITCHES: dict[str, SwitchModel] = {
-    "qm8700": SwitchModel(name="NVIDIA Quantum QM8700 HDR", ports={200: 40}, fabrics=("infiniband",)),
-    "qm9700": SwitchModel(name="NVIDIA Quantum-2 QM9700 NDR", ports={400: 64, 200: 128}, fabrics=("infiniband",)),
-    "sn5600": SwitchModel(name="NVIDIA Spectrum-4 SN5600", ports={800: 64, 400: 128}, fabrics=("roce",),
-                          rack_units=2),
+    "qm8700": SwitchModel(name="NVIDIA Quantum QM8700 HDR", vendor="nvidia", ports={200: 40}, fabrics=("infiniband",)),
+    "qm9700": SwitchModel(name="NVIDIA Quantum-2 QM9700 NDR", vendor="nvidia", ports={400: 64, 200: 128},
+                          fabrics=("infiniband",)),
+    "sn5600": SwitchModel(name="NVIDIA Spectrum-4 SN5600", vendor="nvidia", ports={800: 64, 400: 128},
+                          fabrics=("roce",), rack_units=2),
     # A 16-slot 7800R3-class modular chassis with 36 x 400G line cards.
-    "arista-7800r3": SwitchModel(name="Arista 7816R3-class modular", ports={400: 576}, fabrics=("roce",),
-                                 rack_units=29),
-    "wedge400": SwitchModel(name="OCP Wedge400", ports={400: 32}, fabrics=("roce",)),
-    "minipack2": SwitchModel(name="OCP Minipack2", ports={200: 128, 400: 64}, fabrics=("roce",), rack_units=4),
+    "arista-7800r3": SwitchModel(name="Arista 7816R3-class modular", vendor="arista", ports={400: 576},
+                                 fabrics=("roce",), rack_units=29),
+    "wedge400": SwitchModel(name="OCP Wedge400", vendor="ocp", ports={400: 32}, fabrics=("roce",)),
+    "minipack2": SwitchModel(name="OCP Minipack2", vendor="ocp", ports={200: 128, 400: 64}, fabrics=("roce",),
+                             rack_units=4),
     # Staging stand-in: a podman network bridge has no port limit worth modelling.
-    "staging-bridge": SwitchModel(name="staging stand-in (podman bridge)", ports={10: 64},
+    "staging-bridge": SwitchModel(name="staging stand-in (podman bridge)", vendor="staging", ports={10: 64},
                                   fabrics=("roce", "infiniband")),
 }
 

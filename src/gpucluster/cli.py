@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from gpucluster import __version__
+from gpucluster.asbuilt import cli as fabric_cli
 from gpucluster.configure import cli as configure_cli
 from gpucluster.demo import cli as demo_cli
 from gpucluster.emulate import cli as emulate_cli
@@ -20,7 +21,7 @@ from gpucluster.validate import cli as validate_cli
 
 # Subcommands that live with their concern: each of these modules parses its arguments and prints, and
 # imports its package's library code only when the command runs (so `gpucluster --help` stays quick).
-SUBCOMMANDS = (stage_cli, inventory_cli, configure_cli, validate_cli, emulate_cli, demo_cli)
+SUBCOMMANDS = (stage_cli, inventory_cli, configure_cli, validate_cli, emulate_cli, fabric_cli, demo_cli)
 
 
 def cmd_check(args: argparse.Namespace) -> int:

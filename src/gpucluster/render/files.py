@@ -16,10 +16,12 @@ from gpucluster.cluster import Cluster
 from gpucluster.errors import UsageError
 from gpucluster.fabric.cabling import CABLING_HEADER, bom_rows, cabling_rows
 from gpucluster.fabric.summary import plan_summary
+from gpucluster.render.ibtopo import topofile
 from gpucluster.render.nccl import gpu_environment, nccl_settings
 from gpucluster.render.roce import render_roce
 from gpucluster.render.slurm import slurm_context
 from gpucluster.render.storage import render_storage
+from gpucluster.render.switch import switch_files
 from gpucluster.render.templating import environment
 from gpucluster.spec.model import NodeGroup
 
@@ -103,8 +105,11 @@ def render_all(cluster: Cluster, *, cabling: bool = True) -> dict[str, Output]:
     out.update(render_storage(cluster))
     out["bom.csv"] = _csv(bom_rows(plan))
     out["plan.json"] = json.dumps(plan_summary(plan), indent=2) + "\n"
+    out.update(switch_files(cluster.spec, plan))
     if cabling:
         out["cabling.csv"] = lambda: _chain(CABLING_HEADER, cabling_rows(plan))
+        if cluster.spec.fabric.type == "infiniband":
+            out["fabric.topo"] = lambda: topofile(plan)  # for ibdiagnet -t: the planned cables, streamed
     return out
 
 
