@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from gpucluster.errors import Finding, did_you_mean
+from gpucluster.spec import stacks
 from gpucluster.spec.model import ClusterSpec, LoadedSpec
 
 SLURM_OLDEST, SLURM_NEWEST = (20, 11), (25, 11)
@@ -41,6 +42,7 @@ def _rules(spec: ClusterSpec) -> Iterator[Finding]:
     yield from _slurm(spec)
     yield from _fabric(spec)
     yield from _storage(spec)
+    yield from stacks.check(spec)  # drivers: and health: sections (issue 14)
 
 
 def _catalog_refs(spec: ClusterSpec) -> Iterator[Finding]:
