@@ -85,7 +85,7 @@ CASES = {
         "  skip:", fix="did you mean 'gpu-count'?"),
     "an interval shorter than a run": Case(
         "staging", "fabric:\n", "health:\n  interval: 10\nfabric:\n", "health.interval", "health",
-        "  interval: 10", fix="at least 25"),
+        "  interval: 10", fix="at least 30"),
     "active checks in a partition that does not exist": Case(
         "staging", "fabric:\n", "health:\n  active: {checks: [dcgm-diag], partition: gpus}\nfabric:\n",
         "health.active.partition", "health", "  active:", fix="did you mean 'gpu'?"),

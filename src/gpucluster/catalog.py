@@ -29,6 +29,7 @@ class NicModel(_Part):
     speed_gbps: int = Field(gt=0)
     fabrics: tuple[str, ...] = Field(min_length=1, description="infiniband and/or roce")
     hca_prefix: str = Field(default="mlx5_", pattern=r"^[A-Za-z0-9_.-]*$", description="lands in nccl-env.sh")
+    rdma: bool = Field(default=True, description="an RDMA device (/sys/class/infiniband): health-checked")
 
 
 class SwitchModel(_Part):
@@ -63,7 +64,7 @@ NICS: dict[str, NicModel] = {
     "bf3-400gbe": NicModel(name="NVIDIA BlueField-3 400GbE", speed_gbps=400, fabrics=("roce",)),
     # Staging stand-in: the container's virtual ethernet. Nothing RDMA about it.
     "veth-staging": NicModel(name="staging stand-in (virtual ethernet)", speed_gbps=10,
-                             fabrics=("roce", "infiniband"), hca_prefix="veth"),
+                             fabrics=("roce", "infiniband"), hca_prefix="veth", rdma=False),
 }
 
 SWITCHES: dict[str, SwitchModel] = {

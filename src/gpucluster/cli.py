@@ -15,7 +15,7 @@ from gpucluster.errors import Finding, OperationError, SpecError, UsageError
 
 # Subcommands that live with their concern; each module has register(subparsers).
 PLUGINS = ("gpucluster.stage.cli", "gpucluster.inventory.cli", "gpucluster.configure.cli", "gpucluster.validate.cli",
-           "gpucluster.emulate.cli", "gpucluster.deploy.cli", "gpucluster.demo")
+           "gpucluster.emulate.cli", "gpucluster.deploy.cli", "gpucluster.demo", "gpucluster.health.cli")
 
 
 def _load(path: str):

@@ -239,6 +239,8 @@ class HealthActive(Strict):
     nice: int = Field(default=10000, ge=0, le=2147483645)
     time_limit: str = Field(default="0:15:00", pattern=r"^(\d+-)?\d+(:\d\d){0,2}$")
     partition: str | None = Field(default=None, description="default: the default partition")
+    every_hours: int = Field(default=24, ge=1, le=24 * 90, description="how often each node is queued for them")
+    nccl_min_busbw_gbps: float | None = Field(default=None, gt=0, description="nccl-allreduce: bus bandwidth floor")
 
 
 class Health(Strict):
@@ -246,7 +248,7 @@ class Health(Strict):
     interval: int = Field(default=300, ge=5, le=86400, description="HealthCheckInterval, seconds")
     node_state: str = Field(default="ANY", pattern=r"^(ANY|IDLE|ALLOC|MIXED|NONDRAINED_IDLE)(,(CYCLE|START_ONLY))*$",
                             description="HealthCheckNodeState")
-    check_timeout: int = Field(default=20, ge=1, le=45, description="seconds one check may take")
+    check_timeout: int = Field(default=20, ge=1, le=45, description="seconds one check may take (the run: +10)")
     resume_after: int = Field(default=3, ge=1, le=1000, description="passing runs before a gpc: drain is resumed")
     min_free_pct: float = Field(default=5.0, ge=0, lt=100, description="/tmp and the Slurm spool")
     ecc_uncorrected_max: int = Field(default=0, ge=0, description="volatile uncorrected ECC errors a GPU may have")

@@ -308,7 +308,7 @@ def driver_stacks(spec: ClusterSpec) -> dict[str, dict]:
 # The node checks gpucluster ships; per-tier mount checks are named mount-<tier name>.
 HEALTH_CHECKS = ("gpu-count", "gpu-ecc", "fabric-manager", "hca-ports", "link-flap", "munge", "disk-tmp",
                  "disk-spool")
-RUN_MARGIN_S = 5  # the runner's own work (state, scontrol) on top of the slowest check
+RUN_MARGIN_S = 10  # the runner's own work (scontrol show + update, 5 s each at most) on top of the slowest check
 
 
 def mount_check_names(spec: ClusterSpec) -> list[str]:
