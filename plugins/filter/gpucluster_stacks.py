@@ -177,9 +177,8 @@ def device_files(stat_lines: list[str]) -> dict[str, list[str]]:
 
 def health(spec_path: str) -> dict:
     _gpucluster()
-    from gpucluster.health.files import role_data
-
     from gpucluster.cluster import load_cluster
+    from gpucluster.health.files import role_data
 
     return role_data(load_cluster(str(spec_path)))
 

@@ -44,7 +44,9 @@ def node_name(given: str | None = None) -> str:
 
 
 def environment(config: dict) -> dict[str, str]:
-    env = {"PATH": PATH, "LANG": "C.UTF-8", **{str(k): str(v) for k, v in config.get("env", {}).items()}}
+    """slurmd gives no PATH: the system's, after the caller's own when there is one (a run by hand)."""
+    path = ":".join(p for p in (os.environ.get("PATH", ""), PATH) if p)
+    env = {"PATH": path, "LANG": "C.UTF-8", **{str(k): str(v) for k, v in config.get("env", {}).items()}}
     for key in ("GPC_HEALTH_ROOT", "SLURM_CONF"):
         if key in os.environ and key not in env:
             env[key] = os.environ[key]
@@ -68,6 +70,11 @@ def site_checks(folder: str, default_timeout: float, taken: set[str]) -> list[di
         taken.add(check)
         out.append({"name": check, "kind": "site", "path": path, "timeout": default_timeout})
     return out
+
+
+def seconds_text(x: float) -> str:
+    """'20s' for a budget; fractions only below a second (a run near its end gives checks what is left)."""
+    return f"{round(x)}s" if round(x) >= 1 else f"{x:.1f}s"
 
 
 def _result(name: str, ok: bool, message: str, seconds: float, timed_out: bool = False) -> dict:
@@ -94,7 +101,7 @@ def run_one(check: dict, config_path: str, env: dict, limit: float) -> dict:
             os.killpg(proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):  # stuck in the kernel (dead NFS): abandoned
             proc.communicate(timeout=1)
-        return _result(name, False, f"timed out after {limit:g}s", time.monotonic() - started, True)
+        return _result(name, False, f"timed out after {seconds_text(limit)}", time.monotonic() - started, True)
     seconds = time.monotonic() - started
     if check.get("kind") == "site":
         text = next((line.strip() for line in (out + "\n" + err).splitlines() if line.strip()), "")
@@ -122,8 +129,8 @@ def run_checks(checks: list[dict], config_path: str, env: dict, run_budget: floa
         t.start()
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()) + 2)
-    return [results.get(c["name"]) or _result(c["name"], False, f"timed out after {run_budget:g}s (the run's budget)",
-                                               run_budget, True) for c in checks]
+    late = f"timed out after {seconds_text(run_budget)} (the run's budget)"
+    return [results.get(c["name"]) or _result(c["name"], False, late, run_budget, True) for c in checks]
 
 
 # ---------------------------------------------------------------- state
