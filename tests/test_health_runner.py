@@ -128,9 +128,11 @@ def test_the_run_stops_at_its_own_budget_whatever_the_checks_ask(tmp_path: Path)
 
 
 def test_drained_by_gpucluster_resumes_after_n_passes_in_a_row(node) -> None:
-    flag = node.tmp / "broken"
+    flag = node.tmp / f"broken-{node.name}"
     flag.write_text("GPU 3 fell off the bus\n")
-    node.site_check("10-flag", f'if [ -e {flag} ]; then cat {flag}; exit 1; fi\necho fine\n')
+    # Site checks learn which node they check from SLURMD_NODENAME, as under slurmd.
+    node.site_check("10-flag", f'f={node.tmp}/broken-$SLURMD_NODENAME\nif [ -e $f ]; then cat $f; exit 1; fi\n'
+                               'echo fine\n')
     node.run()
     assert node.in_slurm == {"state": "IDLE+DRAIN", "reason": "gpc:flag: GPU 3 fell off the bus"}
     since = node.state["checks"]["flag"]["since"]

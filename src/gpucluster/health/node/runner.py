@@ -174,6 +174,7 @@ def run(config_path: str, node: str | None = None, act: bool = True) -> dict:
     state_dir = config.get("state_dir", "/var/lib/gpucluster/health")
     os.makedirs(state_dir, mode=0o755, exist_ok=True)
     node = node_name(node)
+    env["SLURMD_NODENAME"] = node  # site checks may want to know which node they check
     checks = list(config.get("checks", []))
     checks += site_checks(config.get("site_dir", "/etc/gpucluster/health.d"), float(config.get("check_timeout", 20)),
                           {c["name"] for c in checks})
