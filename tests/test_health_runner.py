@@ -235,3 +235,15 @@ def test_site_checks_are_named_from_their_files(tmp_path: Path) -> None:
     found = runner.site_checks(str(tmp_path), 5, {"gpu-count"})
     assert [c["name"] for c in found] == ["lustre", "site-gpu-count"]
     assert os.environ.get("SLURMD_NODENAME") is None or True
+
+
+def test_the_timer_runs_only_when_slurmd_has_not(node) -> None:
+    """--if-stale: the node's timer runs the checks only if no run started within the interval."""
+    node.write_config(interval=300)
+    node.site_check("10-bad", "echo bad; exit 1\n")
+    node.run("--if-stale")
+    assert node.in_slurm["reason"] == "gpc:bad: bad"  # no run yet: stale, so it ran
+    started = node.state["started"]
+    node.run("--if-stale")
+    assert node.state["started"] == started  # ran 0 s ago: skipped
+    assert runner.stale(str(node.config), now=started + 299) and not runner.stale(str(node.config), now=started + 10)

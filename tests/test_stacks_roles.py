@@ -160,7 +160,7 @@ def test_pinned_takes_only_the_roles_parts() -> None:
 
 def test_health_filter_is_the_health_package(tmp_path: Path) -> None:
     data = filters.health(str(example_path("staging")))
-    assert set(data) == {"enabled", "paths", "scripts", "wrapper", "configs", "slurm_conf", "active"}
+    assert set(data) == {"enabled", "paths", "scripts", "wrapper", "configs", "units", "slurm_conf", "active"}
     assert list(data["configs"]) == ["gpu"]
 
 

@@ -14,6 +14,7 @@ from gpucluster.health.config import SITE_DIR, STATE_DIR, node_configs
 from gpucluster.health.node import FILES
 from gpucluster.health.slurmconf import CONFIG, LIB_DIR, PROGRAM, slurm_conf_lines
 from gpucluster.render import environment
+from gpucluster.spec.stacks import RUN_MARGIN_S
 
 NODE_DIR = Path(__file__).resolve().parent / "node"
 
@@ -27,6 +28,16 @@ def config_text(config: dict) -> str:
     return json.dumps(config, indent=1, sort_keys=True) + "\n"
 
 
+def timer_units(cluster: Cluster) -> dict[str, str]:
+    """The compute nodes' own timer: the checks run even where slurmd cannot reach slurmctld."""
+    health = cluster.spec.health
+    ctx = {"cluster": cluster.name, "program": PROGRAM, "interval": health.interval,
+           "run_budget": health.check_timeout + RUN_MARGIN_S}
+    env = environment()
+    return {unit: env.get_template(f"health/{unit}.j2").render(ctx)
+            for unit in ("gpucluster-health.service", "gpucluster-health.timer")}
+
+
 def role_data(cluster: Cluster) -> dict:
     """Plain data for the slurm_health role (the gpucluster_health filter)."""
     wrapper = environment().get_template("health/gpucluster-health.sh.j2").render(
@@ -38,6 +49,7 @@ def role_data(cluster: Cluster) -> dict:
         "scripts": node_scripts(),
         "wrapper": wrapper,
         "configs": {group: config_text(c) for group, c in node_configs(cluster).items()},
+        "units": timer_units(cluster),
         "slurm_conf": slurm_conf_lines(cluster),
         "active": active.files(cluster),
     }
@@ -49,6 +61,7 @@ def render_all(cluster: Cluster) -> dict[str, str]:
     out = dict(data["scripts"])
     out["gpucluster-health"] = data["wrapper"]
     out |= {f"config-{group}.json": text for group, text in data["configs"].items()}
+    out |= data["units"]
     out["slurm.conf.health"] = "".join(f"{line}\n" for line in data["slurm_conf"])
     out |= {Path(path).name: text for path, text in data["active"].items()}
     return out

@@ -205,6 +205,17 @@ def run(config_path: str, node: str | None = None, act: bool = True) -> dict:
     return summary
 
 
+def stale(config_path: str, now: float | None = None) -> bool:
+    """Whether the last run is older than the interval: slurmd runs the checks only while it can talk to
+    slurmctld (a node whose munged died never gets the RPC), so a timer runs them too, and this keeps the
+    two from counting each interval twice toward resume_after."""
+    with open(config_path) as fh:
+        config = json.load(fh)
+    state = load_state(os.path.join(config.get("state_dir", "/var/lib/gpucluster/health"), "state.json"))
+    last = float(state.get("started", 0) or 0)
+    return (time.time() if now is None else now) - last >= float(config.get("interval", 300)) - 1
+
+
 def report(config_path: str, check: str, ok: bool, message: str, node: str | None = None) -> dict:
     """An active check's verdict (from its Slurm job): recorded beside the passive ones; a failure
     drains the node like theirs. A pass changes nothing in Slurm: the node was running the job."""
@@ -243,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", default=DEFAULT_CONFIG)
     p.add_argument("--node", help="Slurm node name (default: $SLURMD_NODENAME, else the short hostname)")
     p.add_argument("--no-act", action="store_true", help="decide and record, but change nothing in Slurm")
+    p.add_argument("--if-stale", action="store_true",
+                   help="only if no run started within the interval (the node's timer, beside slurmd's runs)")
     p.add_argument("--report", metavar="CHECK", help="record an active check's verdict (from its Slurm job)")
     p.add_argument("--failed", metavar="MESSAGE", help="with --report: the check failed, and why")
     p.add_argument("--passed", metavar="MESSAGE", help="with --report: the check passed")
@@ -269,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             print("gpucluster-health: a run is still going; this one exits")
+            return 0
+        if args.if_stale and not stale(args.config):
             return 0
         summary = run(args.config, args.node, act=not args.no_act)
     except Exception as exc:  # never keep slurmd from registering: report and exit 0
