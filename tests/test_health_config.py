@@ -155,3 +155,21 @@ def test_role_data_ships_the_node_scripts_as_they_are(clusters) -> None:
 def test_slurm_time_format() -> None:
     assert [active.slurm_seconds(t) for t in ("15", "15:30", "1:00:00", "2-00:00:00", "1-2", "0:15:00")] == [
         900, 930, 3600, 172800, 93600, 900]
+
+
+def test_cli_render_writes_the_files_and_prints_the_slurm_conf_lines(tmp_path: Path) -> None:
+    import sys
+
+    out = tmp_path / "out"
+    res = subprocess.run([sys.executable, "-m", "gpucluster.cli", "health", "render", str(example_path("staging")),
+                          "-o", str(out)], capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    assert "HealthCheckProgram=/usr/local/sbin/gpucluster-health" in res.stdout
+    assert json.loads((out / "config-gpu.json").read_text())["group"] == "gpu"
+    assert (out / "runner.py").read_text() == (Path(files.__file__).parent / "node" / "runner.py").read_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(example_text("staging").replace("fabric:\n", "health:\n  skip: [gpu-cnt]\nfabric:\n", 1))
+    res = subprocess.run([sys.executable, "-m", "gpucluster.cli", "health", "render", str(bad), "-o", str(out)],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 2 and f"{bad}:" in res.stderr and "[health]" in res.stderr
+    assert "Traceback" not in res.stderr
