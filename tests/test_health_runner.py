@@ -247,3 +247,12 @@ def test_the_timer_runs_only_when_slurmd_has_not(node) -> None:
     node.run("--if-stale")
     assert node.state["started"] == started  # ran 0 s ago: skipped
     assert runner.stale(str(node.config), now=started + 299) and not runner.stale(str(node.config), now=started + 10)
+
+
+def test_a_relative_config_path_works(node) -> None:
+    """Checks run from /, so the runner hands them the config's absolute path."""
+    node.write_config(checks=[{"name": "disk-tmp", "kind": "disk", "path": "/tmp", "min_free_pct": 0, "timeout": 2}])
+    res = subprocess.run([sys.executable, str(RUNNER), "--config", node.config.name], cwd=node.config.parent,
+                         env={"SLURMD_NODENAME": node.name}, capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 0
+    assert node.state["checks"]["disk-tmp"]["ok"], node.state["checks"]["disk-tmp"]["message"]

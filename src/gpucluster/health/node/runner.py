@@ -168,6 +168,7 @@ def record(state: dict, results: list[dict], now: float) -> dict:
 
 
 def run(config_path: str, node: str | None = None, act: bool = True) -> dict:
+    config_path = os.path.abspath(config_path)  # the checks run from /, not from the caller's folder
     with open(config_path) as fh:
         config = json.load(fh)
     env = environment(config)

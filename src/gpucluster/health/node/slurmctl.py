@@ -42,7 +42,9 @@ def _scontrol(args: list[str], env: dict, timeout: float) -> tuple[int, str]:
         return 124, f"scontrol {args[0]} did not answer within {timeout:g}s"
     except OSError as exc:
         return 127, f"scontrol: {exc.strerror or exc}"
-    return res.returncode, (res.stdout if res.returncode == 0 else (res.stderr or res.stdout)).strip()
+    if res.returncode == 0:
+        return 0, res.stdout.strip()
+    return res.returncode, " ".join((res.stderr or res.stdout).split())  # one line for the state file
 
 
 def show(node: str, env: dict, timeout: float = 5) -> tuple[dict[str, str] | None, str]:
