@@ -21,6 +21,7 @@ PLUGINS = Path(__file__).resolve().parent.parent / "plugins"
 
 FLOORS = {
     "gpucluster": 0, "_lazy": 0, "errors": 0, "paths": 0, "trace": 0, "slurmtext": 0, "catalog": 0,
+    "health.node": 0,
     "spec": 1,
     "fabric": 2,
     "cluster": 3,
@@ -48,6 +49,8 @@ def _name(path: Path) -> str:
 
 def _package(module: str) -> str:
     parts = module.split(".")
+    if parts[:3] == ["gpucluster", "health", "node"]:
+        return "health.node"  # standalone scripts that run on nodes: they import nothing of gpucluster
     return parts[1] if len(parts) > 1 else "gpucluster"
 
 

@@ -470,7 +470,8 @@ def test_slurm_parameters_merge_over_the_computed_defaults():
     data = example_data("staging")
     data["slurm"]["parameters"] = {"treewidth": 7, "MaxArraySize": 10001, "SchedulerParameters": "bf_continue"}
     data["slurm"]["prolog"] = "/etc/slurm/prolog.sh"
-    data["slurm"]["health_check"] = {"program": "/usr/local/sbin/gpc-health", "interval": 60}
+    data["health"] = {"interval": 60}
+    data["slurm"]["parameters"]["Licenses"] = "matlab:4"
     conf = render_spec(spec_from_data(data))["slurm.conf"]
     keys = [line.split("=", 1)[0].lower() for line in conf.splitlines() if "=" in line and not line.startswith("#")]
     assert keys.count("treewidth") == 1 and params(conf)["TreeWidth"] == "7"
@@ -478,8 +479,9 @@ def test_slurm_parameters_merge_over_the_computed_defaults():
     tail = conf.split("# Site parameters (slurm.parameters in the spec)\n", 1)[1]
     assert tail == "MaxArraySize=10001\n"
     assert params(conf)["Prolog"] == "/etc/slurm/prolog.sh"
-    assert (params(conf)["HealthCheckProgram"], params(conf)["HealthCheckInterval"]) == ("/usr/local/sbin/gpc-health",
-                                                                                         "60")
+    assert (params(conf)["HealthCheckProgram"], params(conf)["HealthCheckInterval"]) == (
+        "/usr/local/sbin/gpucluster-health", "60")
+    assert params(conf)["Licenses"] == "matlab:4"  # merged with the health checks' license where they need one
     assert params(conf)["PropagateResourceLimitsExcept"] == "MEMLOCK"
     assert "Epilog" not in params(conf)
 
@@ -503,7 +505,12 @@ def test_every_template_is_rendered_for_the_golden_examples(monkeypatch):
     for name in GOLDEN:
         render_all(cluster_example(name), cabling=False)
     root = Path(templates_dir())
-    every = {str(p.relative_to(root)) for p in root.rglob("*.j2")} - {"report/plan.html.j2"}
+    # Rendered elsewhere on purpose, each with golden files of its own: the HTML plan (`plan --html`); the
+    # driver stacks' sources and pins (per node, with the node's own Debian mirror; tests/golden/drivers per
+    # GPU SKU); the active health checks (only when health.active names checks; tests/test_health_config.py).
+    elsewhere = {"report/plan.html.j2", *(str(p.relative_to(root)) for p in root.glob("drivers/*.j2")),
+                 *(str(p.relative_to(root)) for p in root.glob("health/*active*.j2"))}
+    every = {str(p.relative_to(root)) for p in root.rglob("*.j2")} - elsewhere
     assert every - loaded == set(), f"templates no golden example renders: {sorted(every - loaded)}"
 
 

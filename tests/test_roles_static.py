@@ -477,7 +477,7 @@ def test_no_secret_files_are_tracked_by_git():
 CONCERNS = {"common", "gpu", "rdma", "nccl", "storage", "munge", "slurm", "health"}
 
 
-@pytest.mark.parametrize("book", ["site.yml", "hardware.yml", "storage.yml", "compile.yml"])
+@pytest.mark.parametrize("book", ["site.yml", "hardware.yml", "storage.yml", "compile.yml", "health.yml"])
 def test_every_play_carries_the_tag_of_its_concern(book):
     """--tags selects whole concerns: every play has one concern tag (the compile play runs always), so every
     role's tasks inherit it."""

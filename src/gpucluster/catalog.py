@@ -20,6 +20,8 @@ class GpuModel(_Part):
     slurm_type: str = Field(pattern=r"^[a-z0-9_]+$", description="GRES type; a substring of the detected name")
     allowed_per_node: tuple[int, ...] = Field(min_length=1, description="GPU counts the platform is built with")
     devices_per_card: int = Field(default=1, ge=1, description="MI250X: 2 GCDs per card, each a GPU to Slurm")
+    nvswitch_at: tuple[int, ...] = Field(
+        default=(), description="GPU counts whose baseboard joins the GPUs through NVSwitch (needs Fabric Manager)")
 
 
 class NicModel(_Part):
@@ -27,6 +29,7 @@ class NicModel(_Part):
     speed_gbps: int = Field(gt=0)
     fabrics: tuple[str, ...] = Field(min_length=1, description="infiniband and/or roce")
     hca_prefix: str = Field(default="mlx5_", pattern=r"^[A-Za-z0-9_.-]*$", description="lands in nccl-env.sh")
+    rdma: bool = Field(default=True, description="an RDMA device (/sys/class/infiniband): health-checked")
 
 
 class SwitchModel(_Part):
@@ -42,12 +45,13 @@ class SwitchModel(_Part):
 
 
 GPUS: dict[str, GpuModel] = {
+    # HGX 8-GPU boards join the GPUs through NVSwitch (Fabric Manager); the 4-GPU boards link them directly.
     "h100-sxm5-80g": GpuModel(vendor="nvidia", name="NVIDIA H100 SXM5 80GB", memory_gb=80, slurm_type="h100",
-                              allowed_per_node=(4, 8)),
+                              allowed_per_node=(4, 8), nvswitch_at=(8,)),
     "h200-sxm-141g": GpuModel(vendor="nvidia", name="NVIDIA H200 SXM 141GB", memory_gb=141, slurm_type="h200",
-                              allowed_per_node=(4, 8)),
+                              allowed_per_node=(4, 8), nvswitch_at=(8,)),
     "a100-sxm4-80g": GpuModel(vendor="nvidia", name="NVIDIA A100 SXM4 80GB", memory_gb=80, slurm_type="a100",
-                              allowed_per_node=(4, 8)),
+                              allowed_per_node=(4, 8), nvswitch_at=(8,)),
     # Four cards, each two GCDs: Slurm and ROCm see 8 GPUs of 64 GB.
     "mi250x": GpuModel(vendor="amd", name="AMD Instinct MI250X (GCD)", memory_gb=64, slurm_type="mi250x",
                        allowed_per_node=(2, 4, 6, 8), devices_per_card=2),
@@ -62,7 +66,7 @@ NICS: dict[str, NicModel] = {
     "bf3-400gbe": NicModel(name="NVIDIA BlueField-3 400GbE", speed_gbps=400, fabrics=("roce",)),
     # Staging stand-in: the container's virtual ethernet. Nothing RDMA about it.
     "veth-staging": NicModel(name="staging stand-in (virtual ethernet)", speed_gbps=10,
-                             fabrics=("roce", "infiniband"), hca_prefix="veth"),
+                             fabrics=("roce", "infiniband"), hca_prefix="veth", rdma=False),
 }
 
 SWITCHES: dict[str, SwitchModel] = {
@@ -94,3 +98,143 @@ class Catalog(BaseModel):
     def merged(self) -> Catalog:
         return Catalog(gpus={**GPUS, **self.gpus}, nics={**NICS, **self.nics},
                        switches={**SWITCHES, **self.switches})
+
+
+# ---------------------------------------------------------------- driver stacks: the version lock
+# Which driver, Fabric Manager, DCGM, CUDA/ROCm, NCCL/RCCL and OFED releases go together, per GPU SKU.
+# One place: `gpucluster.spec.stacks` checks specs against it and hands the chosen row to the roles
+# (nvidia_gpu, amd_gpu, rdma, nccl), which pin and hold exactly these versions. docs/drivers.md.
+
+APT_VERSION = r"^[0-9A-Za-z.+~:*-]+$"  # an exact Debian version, or an apt_preferences glob of one
+
+
+class Pin(_Part):
+    """Packages apt must keep at one version (apt_preferences Pin-Priority 1001, then dpkg hold)."""
+
+    packages: tuple[str, ...] = Field(min_length=1)
+    version: str = Field(pattern=APT_VERSION)
+
+
+class Release(_Part):
+    """One row of the lock: a driver branch (NVIDIA) or ROCm release (AMD) and what was released with it."""
+
+    vendor: str = Field(pattern="^(nvidia|amd)$")
+    branch: str = Field(pattern=r"^\d+(\.\d+){0,2}$", description="NVIDIA driver branch or ROCm release")
+    toolkit: str = Field(default="", description="CUDA or ROCm release the collective library is built for")
+    driver: Pin
+    fabric_manager: Pin | None = Field(default=None, description="NVIDIA: the driver's exact version")
+    dcgm: Pin | None = None
+    runtime: Pin | None = Field(default=None, description="CUDA toolkit or ROCm runtime")
+    collective: Pin | None = Field(default=None, description="NCCL or RCCL")
+    ofed: dict[str, str] = Field(default_factory=dict, description="mlnx-ofed / doca release tested with this row")
+
+
+class SkuStack(_Part):
+    """The releases tested on one GPU SKU; a spec gets `default` unless it names another of `releases`."""
+
+    default: str
+    releases: tuple[str, ...] = Field(min_length=1)
+
+
+def _nvidia(branch: str, driver: str, dcgm: str, cuda: str, nccl: str, ofed: dict[str, str]) -> Release:
+    cuda_major = cuda.split(".")[0]
+    return Release(
+        vendor="nvidia", branch=branch, toolkit=cuda,
+        driver=Pin(packages=("nvidia-driver", "nvidia-kernel-open-dkms", "nvidia-smi", "libnvidia-ml1", "libcuda1",
+                             "firmware-nvidia-gsp", "nvidia-persistenced"), version=driver),
+        fabric_manager=Pin(packages=("nvidia-fabricmanager", "libnvidia-nscq"), version=driver),
+        dcgm=Pin(packages=(("datacenter-gpu-manager-4-core", f"datacenter-gpu-manager-4-cuda{cuda_major}")
+                           if dcgm.startswith("1:4.") else ("datacenter-gpu-manager",)), version=dcgm),
+        runtime=Pin(packages=(f"cuda-toolkit-{cuda.replace('.', '-')}",), version=f"{cuda}.*"),
+        collective=Pin(packages=("libnccl2", "libnccl-dev"), version=nccl),
+        ofed=ofed)
+
+
+def rocm_build(release: str) -> str:
+    """ROCm's build number, part of every package version of that release: 6.2.4 -> 60204."""
+    major, minor, patch = ([int(p) for p in release.split(".")] + [0, 0])[:3]
+    return f"{major * 10000 + minor * 100 + patch}"
+
+
+def _amd(rocm: str, amdgpu: str, rccl: str, ofed: dict[str, str]) -> Release:
+    build = rocm_build(rocm)
+    return Release(
+        vendor="amd", branch=rocm, toolkit=rocm,
+        driver=Pin(packages=("amdgpu-dkms", "amdgpu-dkms-firmware"), version=f"1:{amdgpu}.{build}-*"),
+        runtime=Pin(packages=("rocm-hip-runtime", "rocm-smi-lib", "hsa-rocr", "rocm-core"), version=f"*.{build}-*"),
+        collective=Pin(packages=("rccl", "rccl-dev"), version=f"{rccl}.{build}-*"),
+        ofed=ofed)
+
+
+# Vendor repositories. NVIDIA: exact versions of its Debian 12 repository; AMD: ROCm's build number
+# pins every package of the release. MLNX_OFED ends with 24.10 (LTS); later rows offer DOCA-host only.
+RELEASES: dict[str, dict[str, Release]] = {
+    "nvidia": {
+        "535": _nvidia("535", "535.261.03-1", "1:3.3.9", "12.2", "2.21.5-1+cuda12.2",
+                       {"mlnx-ofed": "23.10-3.2.2.0", "doca": "2.7.0"}),
+        "570": _nvidia("570", "570.172.08-1", "1:4.2.3-1", "12.8", "2.26.5-1+cuda12.8",
+                       {"mlnx-ofed": "24.10-3.2.5.0", "doca": "2.10.0"}),
+        "580": _nvidia("580", "580.95.05-1", "1:4.4.1-1", "13.0", "2.28.3-1+cuda13.0", {"doca": "3.1.0"}),
+    },
+    "amd": {
+        "6.2.4": _amd("6.2.4", "6.8.5", "2.20.5", {"mlnx-ofed": "24.10-3.2.5.0", "doca": "2.10.0"}),
+        "6.3.3": _amd("6.3.3", "6.10.5", "2.21.5", {"mlnx-ofed": "24.10-3.2.5.0", "doca": "2.10.0"}),
+    },
+}
+
+# Debian 12's own packages (source 'debian'): the PCIe option. No Fabric Manager, DCGM, CUDA or NCCL;
+# for AMD the kernel's amdgpu module is the driver and the pin covers rocm-smi.
+DEBIAN_RELEASES: dict[str, Release] = {
+    "nvidia": Release(vendor="nvidia", branch="535", driver=Pin(
+        packages=("nvidia-driver", "nvidia-kernel-dkms", "nvidia-smi", "libnvidia-ml1", "firmware-nvidia-gsp"),
+        version="535.309.01-0+deb12u1")),
+    "amd": Release(vendor="amd", branch="5.2.3", driver=Pin(packages=("rocm-smi", "librocm-smi64-1"),
+                                                            version="5.2.3*")),
+}
+
+STACKS: dict[str, SkuStack] = {
+    "h100-sxm5-80g": SkuStack(default="570", releases=("570", "580")),
+    "h200-sxm-141g": SkuStack(default="570", releases=("570", "580")),
+    "a100-sxm4-80g": SkuStack(default="535", releases=("535", "570")),
+    "mi250x": SkuStack(default="6.2.4", releases=("6.2.4", "6.3.3")),
+    "mi300x": SkuStack(default="6.3.3", releases=("6.2.4", "6.3.3")),
+}
+
+
+class Repository(_Part):
+    """An apt repository in deb822 terms; `{release}` in uri is the row's branch, ROCm or OFED release."""
+
+    name: str = Field(pattern=r"^[a-z0-9-]+$")
+    uri: str
+    suites: tuple[str, ...]
+    components: tuple[str, ...] = ()
+    key: str = Field(description="URL of the signing key (fetched to /etc/apt/keyrings) or a local keyring path")
+
+
+# Vendor repositories for Debian 12 (AMD and the OFED builds are made for Ubuntu 22.04, which Debian 12 matches).
+REPOSITORIES: dict[str, tuple[Repository, ...]] = {
+    "cuda-repo": (Repository(name="gpucluster-cuda", uri="https://developer.download.nvidia.com/compute/cuda/repos/"
+                             "debian12/x86_64/", suites=("/",), key="https://developer.download.nvidia.com/compute/"
+                             "cuda/repos/debian12/x86_64/3bf863cc.pub"),),
+    "rocm-repo": (
+        Repository(name="gpucluster-rocm", uri="https://repo.radeon.com/rocm/apt/{release}", suites=("jammy",),
+                   components=("main",), key="https://repo.radeon.com/rocm/rocm.gpg.key"),
+        Repository(name="gpucluster-amdgpu", uri="https://repo.radeon.com/amdgpu/{release}/ubuntu", suites=("jammy",),
+                   components=("main",), key="https://repo.radeon.com/rocm/rocm.gpg.key"),
+    ),
+    "doca": (Repository(name="gpucluster-doca", uri="https://linux.mellanox.com/public/repo/doca/{release}/"
+                        "ubuntu22.04/x86_64/", suites=("/",), key="https://linux.mellanox.com/public/repo/doca/"
+                        "GPG-KEY-Mellanox.pub"),),
+    "mlnx-ofed": (Repository(name="gpucluster-mlnx-ofed", uri="https://linux.mellanox.com/public/repo/mlnx_ofed/"
+                             "{release}/ubuntu22.04/x86_64/", suites=("/",), key="https://linux.mellanox.com/public/"
+                             "repo/mlnx_ofed/latest/RPM-GPG-KEY-Mellanox"),),
+}
+
+# What each OFED kind installs (the DOCA-host 'doca-ofed' profile; MLNX_OFED's full user space and modules).
+OFED_PACKAGES: dict[str, tuple[str, ...]] = {
+    "doca": ("doca-ofed",),
+    "mlnx-ofed": ("mlnx-ofed-all",),
+}
+
+# OFED for fabric groups whose stack has no row of its own (no GPU, or Debian's driver).
+OFED_DEFAULT: dict[str, str] = {"mlnx-ofed": "24.10-3.2.5.0", "doca": "3.1.0"}

@@ -15,13 +15,14 @@ from gpucluster.configure import cli as configure_cli
 from gpucluster.demo import cli as demo_cli
 from gpucluster.emulate import cli as emulate_cli
 from gpucluster.errors import OperationError, SpecError, UsageError
+from gpucluster.health import cli as health_cli
 from gpucluster.inventory import cli as inventory_cli
 from gpucluster.stage import cli as stage_cli
 from gpucluster.validate import cli as validate_cli
 
 # Subcommands that live with their concern: each of these modules parses its arguments and prints, and
 # imports its package's library code only when the command runs (so `gpucluster --help` stays quick).
-SUBCOMMANDS = (stage_cli, inventory_cli, configure_cli, validate_cli, emulate_cli, fabric_cli, demo_cli)
+SUBCOMMANDS = (stage_cli, inventory_cli, configure_cli, validate_cli, emulate_cli, fabric_cli, health_cli, demo_cli)
 
 
 def cmd_check(args: argparse.Namespace) -> int:

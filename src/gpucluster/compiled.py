@@ -25,13 +25,15 @@ from gpucluster import __version__
 from gpucluster.cluster import Cluster, load_cluster
 from gpucluster.render import render_all, templates_dir
 from gpucluster.render.files import nccl_texts, profile_differences
+from gpucluster.render.health.files import facts as health_facts
 from gpucluster.render.roce import roce_texts
 from gpucluster.render.slurm import DBD
 from gpucluster.render.storage import storage_files
 from gpucluster.render.topology import slurm_switches
+from gpucluster.spec import stacks
 
 COMPILED = "compiled"
-FACTS_VERSION = 2  # 2: `files` (the rendered file each node group takes), storage settings
+FACTS_VERSION = 3  # 2: `files` (the rendered file each node group takes), storage settings; 3: health, drivers
 
 
 @cache
@@ -95,6 +97,8 @@ def facts(cluster: Cluster, rendered: dict[str, str]) -> dict:
                   "accounting": spec.slurm.accounting, "nodes": nodes, "switches": switches,
                   "files": sorted(n for n in rendered if n in ("slurm.conf", "gres.conf", "cgroup.conf",
                                                                "topology.conf"))},
+        "health": health_facts(cluster),
+        "drivers": stacks.driver_stacks(spec),
         "rendered": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in sorted(rendered.items())},
     }
 

@@ -12,6 +12,7 @@ The cluster is conftest's staged_cluster, through test_storage.converged_cluster
 from __future__ import annotations
 
 import base64
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -19,7 +20,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from test_storage import (
     REPO,
     SKIP_DIR,
@@ -36,6 +36,20 @@ GPU_NVIDIA = expected_groups()["gpu_nvidia"]
 GPU_AMD = expected_groups()["gpu_amd"]
 FABRIC = expected_groups()["fabric_roce"] + expected_groups()["fabric_ib"]
 SCRIPT = REPO / "roles/rdma/files/gpucluster-roce-qos"
+
+
+def stack_filters():
+    """The driver-stack filter plugin the GPU roles call (spec + version lock -> what each group installs)."""
+    path = REPO / "plugins/filter/gpucluster_stacks.py"
+    spec = importlib.util.spec_from_file_location("gpucluster_stacks_filter", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def group_of(node: str) -> str:
+    return next(g.removeprefix("nodegroup_") for g, hosts in expected_groups().items()
+                if g.startswith("nodegroup_") and node in hosts)
 
 
 @pytest.fixture(scope="session")
@@ -98,21 +112,33 @@ def test_gpu_driver_only_with_a_gpu(cluster: Converged, node: str, vendor: str) 
 @pytest.mark.staged
 @pytest.mark.parametrize("node", GPU_NVIDIA)
 def test_stand_in_device_files_did_not_count(cluster: Converged, node: str) -> None:
-    """Staged GPU nodes carry /dev/nvidiaN (/dev/null): present, yet the driver steps were skipped."""
+    """Staged GPU nodes carry /dev/nvidiaN (/dev/null, character device 1:3): present, yet the driver steps
+    were skipped, and the role says, from the device numbers (not from a flag), that they are stand-ins."""
     host = cluster.host(node)
     if pci_has(host, "0x10de", ("0x0300", "0x0302")):
         return  # a real GPU: test_gpu_driver_only_with_a_gpu covers it
     assert host.file("/dev/nvidia0").exists
-    assert host.file(f"{SKIP_DIR}/nvidia_gpu").exists
+    assert host.check_output("stat -c %t:%T /dev/nvidia0") == "1:3"
+    record = host.file(f"{SKIP_DIR}/nvidia_gpu").content_string
+    assert "/dev/nvidia0" in record and "are stand-ins (character device 1:3" in record, record
 
 
 @pytest.mark.staged
 @pytest.mark.parametrize("node", GPU_NVIDIA)
-def test_nvidia_driver_version_is_pinned(cluster: Converged, node: str) -> None:
-    version = yaml.safe_load((REPO / "roles/nvidia_gpu/defaults/main.yml").read_text())["nvidia_gpu_driver_version"]
+def test_nvidia_driver_stack_is_pinned_as_the_lock_says(cluster: Converged, node: str) -> None:
+    """The pins file holds every package of the group's stack at the version lock's version (written also
+    where the driver itself waits for a GPU), and nothing was installed from NVIDIA's repository."""
+    stack = stack_filters().driver_stack(str(SPEC), group_of(node))
     prefs = cluster.host(node).file("/etc/apt/preferences.d/gpucluster-nvidia").content_string
-    assert f"\nPin: version {version}\n" in prefs
+    for part in ("driver", "fabric_manager", "dcgm"):
+        pin = stack["pins"].get(part)
+        if pin is None:
+            continue
+        assert f"\nPackage: {' '.join(pin['packages'])}\nPin: version {pin['version']}\nPin-Priority: 1001\n" in prefs
     assert re.search(r"^Package: .*\bnvidia-driver\b", prefs, re.M)
+    host = cluster.host(node)
+    if not pci_has(host, "0x10de", ("0x0300", "0x0302")):
+        assert not host.file("/etc/apt/sources.list.d/gpucluster-nvidia.sources").exists
 
 
 # ---------------------------------------------------------------- RDMA

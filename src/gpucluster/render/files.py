@@ -16,6 +16,7 @@ from gpucluster.cluster import Cluster
 from gpucluster.errors import UsageError
 from gpucluster.fabric.cabling import CABLING_HEADER, bom_rows, cabling_rows
 from gpucluster.fabric.summary import plan_summary
+from gpucluster.render.health.files import generated as health_files
 from gpucluster.render.ibtopo import topofile
 from gpucluster.render.nccl import gpu_environment, nccl_settings
 from gpucluster.render.roce import render_roce
@@ -106,6 +107,7 @@ def render_all(cluster: Cluster, *, cabling: bool = True) -> dict[str, Output]:
     out["bom.csv"] = _csv(bom_rows(plan))
     out["plan.json"] = json.dumps(plan_summary(plan), indent=2) + "\n"
     out.update(switch_files(cluster.spec, plan))
+    out.update(health_files(cluster))
     if cabling:
         out["cabling.csv"] = lambda: _chain(CABLING_HEADER, cabling_rows(plan))
         if cluster.spec.fabric.type == "infiniband":

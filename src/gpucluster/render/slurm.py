@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from gpucluster.cluster import Cluster
+from gpucluster.render.health.slurmconf import slurm_conf_lines
 from gpucluster.render.topology import blocks, slurm_switches
 
 STATE_DIR = "/var/lib/slurm/slurmctld"
@@ -61,6 +62,12 @@ class Parameters:
         given = self._given.get(key.lower())
         return given[1] if given else str(default)
 
+    def take(self, key: str) -> str | None:
+        """The spec's value for a key the template merges itself (and so never writes at the end), or None."""
+        self._asked.add(key.lower())
+        given = self._given.get(key.lower())
+        return given[1] if given else None
+
     def rest(self) -> list[tuple[str, str]]:
         return [kv for low, kv in self._given.items() if low not in self._asked]
 
@@ -70,8 +77,20 @@ def scheduler_parameters(scale: Scale) -> str:
     return out + (f",max_rpc_cnt={scale.max_rpc_cnt}" if scale.max_rpc_cnt else "")
 
 
+def _health_lines(cluster: Cluster, params: Parameters) -> list[str]:
+    """The health checks' lines; their license joins any Licenses slurm.parameters gives (one Licenses=)."""
+    lines = slurm_conf_lines(cluster)
+    site = params.take("Licenses")
+    if site:
+        lines = [f"{line},{site}" if line.startswith("Licenses=") else line for line in lines]
+        if not any(line.startswith("Licenses=") for line in lines):
+            lines.append(f"Licenses={site}")
+    return lines
+
+
 def slurm_context(cluster: Cluster) -> dict:
     spec, plan = cluster.spec, cluster.plan
+    params = Parameters(spec.slurm.parameters)
     compute = spec.groups_with_role("compute")
     nodes = sum(g.count for g in compute)
     staging = spec.slurm.profile == "staging"
@@ -106,7 +125,8 @@ def slurm_context(cluster: Cluster) -> dict:
             for g in compute if g.gpu
         ],
         "switches": slurm_switches(plan) if spec.slurm.topology == "tree" else None,
-        "param": Parameters(spec.slurm.parameters),
+        "param": params,
+        "health_lines": _health_lines(cluster, params),
         "dbd": {"host": cluster.dbd_host, **DBD},
         "scheduler_parameters": scheduler_parameters(scale_for(nodes)),
         "blocks": blocks(plan) if spec.slurm.topology == "block" else None,

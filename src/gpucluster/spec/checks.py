@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from gpucluster.errors import Finding, did_you_mean
+from gpucluster.spec import stacks
 from gpucluster.spec.model import ClusterSpec
 
 SLURM_OLDEST, SLURM_NEWEST = (20, 11), (25, 11)
@@ -27,6 +28,7 @@ def _rules(spec: ClusterSpec) -> Iterator[Finding]:
     yield from _parameters(spec)
     yield from _fabric(spec)
     yield from _storage(spec)
+    yield from stacks.check(spec)  # drivers: and health: sections (issue 14)
 
 
 def _catalog_refs(spec: ClusterSpec) -> Iterator[Finding]:
@@ -179,9 +181,9 @@ OWNED_KEYS = {
     "PrologFlags": "slurm.profile",
     "Prolog": "slurm.prolog",
     "Epilog": "slurm.epilog",
-    "HealthCheckProgram": "slurm.health_check.program",
-    "HealthCheckInterval": "slurm.health_check.interval",
-    "HealthCheckNodeState": "slurm.health_check.node_state",
+    "HealthCheckProgram": "health (gpucluster's checks; health.enabled)",
+    "HealthCheckInterval": "health.interval",
+    "HealthCheckNodeState": "health.node_state",
     "AuthType": "gpucluster's munge setup (role munge)",
     "SlurmUser": "gpucluster's Slurm packages (role slurm_common)",
     "SlurmdUser": "gpucluster's Slurm packages (role slurm_common)",

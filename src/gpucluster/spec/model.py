@@ -115,13 +115,6 @@ def _conf_value(value: object) -> str:
 ConfValue = Annotated[str, BeforeValidator(_conf_value)]
 
 
-class HealthCheck(Strict):
-    program: str = Field(pattern=NODE_PATH, description="HealthCheckProgram: a path on the compute nodes")
-    interval: int = Field(default=300, ge=1, le=86400, description="HealthCheckInterval in seconds")
-    node_state: str = Field(default="ANY", pattern=r"^(ALLOC|ANY|CYCLE|IDLE|MIXED|NONDRAINED_IDLE)(,[A-Z_]+)*$",
-                            description="HealthCheckNodeState")
-
-
 class Slurm(Strict):
     version: str = Field(default="22.05", pattern=r"^\d{2}\.\d{2}$")
     topology: Literal["tree", "block", "none"] = "tree"
@@ -137,7 +130,6 @@ class Slurm(Strict):
     partitions: tuple[Partition, ...] = Field(min_length=1)
     prolog: str | None = Field(default=None, pattern=NODE_PATH, description="Prolog: a path on the compute nodes")
     epilog: str | None = Field(default=None, pattern=NODE_PATH, description="Epilog: a path on the compute nodes")
-    health_check: HealthCheck | None = None
     parameters: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9]*$", max_length=64)],
                      ConfValue] = Field(
         default_factory=dict,
@@ -410,6 +402,67 @@ class Storage(Strict):
     nfs: tuple[Nfs, ...] = ()
 
 
+# ---- driver stacks and node health (issue 14, docs/drivers.md and docs/health.md) ------------------
+# Optional: a spec without these sections gets the version lock's stack per GPU SKU and the default
+# health checks. Meaning (SKU vs source, branch mixes, check names) is checked in spec/stacks.py.
+DriverSource = Literal["cuda-repo", "rocm-repo", "debian", "local-mirror"]
+Ofed = Literal["inbox", "mlnx-ofed", "doca"]
+
+
+def _text(value):
+    """YAML reads `branch: 570` as a number; a branch or release is a name."""
+    return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+class DriverChoice(Strict):
+    source: DriverSource | None = Field(default=None, description="default: the vendor repository of the SKU")
+    branch: str | None = Field(default=None, pattern=r"^\d+(\.\d+){0,2}$",
+                               description="NVIDIA driver branch or ROCm release; default: the lock's for the SKU")
+    fabric_manager_branch: str | None = Field(default=None, pattern=r"^\d+(\.\d+){0,2}$",
+                                              description="default: the driver branch (nothing else works)")
+    ofed: Ofed | None = Field(default=None, description="RDMA stack of fabric groups; default inbox")
+
+    @field_validator("branch", "fabric_manager_branch", mode="before")
+    @classmethod
+    def _branch_text(cls, value):
+        return _text(value)
+
+
+class Drivers(DriverChoice):
+    mirror: str | None = Field(default=None, pattern=r"^https?://[A-Za-z0-9._~:/%+-]+$",
+                               description="local-mirror: replaces scheme and host of every vendor repository URL")
+    groups: dict[str, DriverChoice] = Field(default_factory=dict, description="per node group overrides")
+
+
+HealthCheckName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]*$", max_length=32)]
+
+
+class HealthActive(Strict):
+    checks: tuple[Literal["dcgm-diag", "nccl-allreduce", "ib-bandwidth"], ...] = Field(
+        default=(), description="active checks run as low-priority Slurm jobs; empty: none")
+    share_pct: float = Field(default=5.0, gt=0, le=50, description="most of the compute nodes they hold at once")
+    nice: int = Field(default=10000, ge=0, le=2147483645)
+    time_limit: str = Field(default="0:15:00", pattern=r"^(\d+-)?\d+(:\d\d){0,2}$")
+    partition: str | None = Field(default=None, description="default: the default partition")
+    every_hours: int = Field(default=24, ge=1, le=24 * 90, description="how often each node is queued for them")
+    nccl_min_busbw_gbps: float | None = Field(default=None, gt=0, description="nccl-allreduce: bus bandwidth floor")
+
+
+class Health(Strict):
+    enabled: bool = True
+    interval: int = Field(default=300, ge=5, le=86400, description="HealthCheckInterval, seconds")
+    node_state: str = Field(default="ANY", pattern=r"^(ANY|IDLE|ALLOC|MIXED|NONDRAINED_IDLE)(,(CYCLE|START_ONLY))*$",
+                            description="HealthCheckNodeState")
+    check_timeout: int = Field(default=20, ge=1, le=45, description="seconds one check may take (the run: +10)")
+    resume_after: int = Field(default=3, ge=1, le=1000, description="passing runs before a gpc: drain is resumed")
+    min_free_pct: float = Field(default=5.0, ge=0, lt=100, description="/tmp and the Slurm spool")
+    ecc_uncorrected_max: int = Field(default=0, ge=0, description="volatile uncorrected ECC errors a GPU may have")
+    link_downed_max: int = Field(default=0, ge=0, description="link_downed increase per run a port may have")
+    skip: tuple[HealthCheckName, ...] = Field(default=(), description="checks not run (names as in docs/health.md)")
+    active: HealthActive = Field(default_factory=HealthActive)
+# ---- end of the driver stacks and node health block ------------------------------------------------
+
+
 class ClusterSpec(Strict):
     name: str = Field(pattern=NAME, max_length=40)
     slurm: Slurm
@@ -417,6 +470,8 @@ class ClusterSpec(Strict):
     fabric: Fabric
     storage: Storage = Field(default_factory=Storage)
     catalog: Catalog = Field(default_factory=Catalog)
+    drivers: Drivers = Field(default_factory=Drivers)  # issue 14 block (above)
+    health: Health = Field(default_factory=Health)  # issue 14 block (above)
 
     @cached_property
     def parts(self) -> Catalog:

@@ -1,0 +1,79 @@
+"""`gpucluster health`: render, install and read the node health checks (docs/health.md).
+
+  gpucluster health render SPEC -o DIR      what the slurm_health role installs, and the slurm.conf lines
+  gpucluster health install INVENTORY       playbooks/health.yml through ansible-runner (as configure does)
+  gpucluster health status INVENTORY        drained nodes by reason, since when, and each node's last checks
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from gpucluster.cluster import load_cluster
+    from gpucluster.render import write_outputs
+    from gpucluster.render.health.files import review_files
+
+    cluster = load_cluster(args.spec)
+    sizes = write_outputs(review_files(cluster), Path(args.output))
+    for name, size in sizes.items():
+        print(f"  {args.output.rstrip('/')}/{name}  {size:,} bytes")
+    print(f"rendered {len(sizes)} health files for {cluster.name}; slurm.conf needs:")
+    for line in (Path(args.output) / "slurm.conf.health").read_text().splitlines():
+        print(f"  {line}")
+    return 0
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    from gpucluster.configure.runner import configure, summary
+
+    result = configure(args.inventory, playbook="health.yml", limit=args.limit, verbose=args.verbose,
+                       log=lambda text: print(text, flush=True))
+    print(summary(result), flush=True)
+    return 0 if result.ok else 1
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from gpucluster.errors import OperationError, UsageError
+    from gpucluster.health import remote, status
+    from gpucluster.inventory.reader import load_inventory
+
+    inv = load_inventory(args.inventory)
+    submit = (inv.group("slurm_login") + inv.group("slurm_controller"))[:1]
+    if not submit:
+        raise UsageError(f"{inv.path}: no slurm_login or slurm_controller host to ask Slurm from")
+    host = inv.hosts[submit[0]]
+    texts = []
+    for argv in (status.SHOW_NODES, status.SINFO_REASONS):
+        rc, out, err = remote.run(host, argv)
+        if rc != 0:
+            raise OperationError(f"{' '.join(argv)} on {host.name} failed (exit {rc}): {' '.join(err.split())[:300]}")
+        texts.append(out)
+    nodes = [n for n in inv.select(args.limit) if n in inv.group("slurm_compute")]
+    raw, errors = remote.state_files([inv.hosts[n] for n in nodes])
+    states = {n: status.parse_state_file(t) for n, t in raw.items()}
+    rows = status.merge(texts[0], texts[1], states, errors, nodes)
+    sys.stdout.write(status.as_json(rows) + "\n" if args.json else status.format_status(rows))
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("health", help="node health checks: render, install, status (docs/health.md)")
+    hs = p.add_subparsers(dest="health_command", required=True, metavar="ACTION")
+    r = hs.add_parser("render", help="write what the slurm_health role installs, and print the slurm.conf lines")
+    r.add_argument("spec")
+    r.add_argument("-o", "--output", required=True, help="output folder (files are replaced atomically)")
+    r.set_defaults(func=cmd_render)
+    i = hs.add_parser("install", help="install the checks on the cluster (playbooks/health.yml)")
+    i.add_argument("inventory", help="inventory folder (e.g. inventories/staging) or its hosts.yml")
+    i.add_argument("--limit", help="only these hosts or groups (Ansible --limit pattern)")
+    i.add_argument("-v", "--verbose", action="store_true", help="also print Ansible's own output")
+    i.set_defaults(func=cmd_install)
+    s = hs.add_parser("status", help="drained nodes by reason and the nodes' last check results")
+    s.add_argument("inventory", help="inventory folder (e.g. inventories/staging) or its hosts.yml")
+    s.add_argument("--limit", help="only these compute nodes (Ansible-style pattern)")
+    s.add_argument("--json", action="store_true", help="one record per node, as JSON")
+    s.set_defaults(func=cmd_status)

@@ -1,0 +1,456 @@
+#!/usr/bin/python3
+"""One node health check: `checks.py --config FILE --check NAME` prints {"ok": bool, "message": str}
+as one JSON line and exits 0 (pass) or 1 (fail).
+
+Why one process per check: the runner gives each check a time budget and kills the whole process group
+when it overruns (a stat on a dead NFS server, a wedged nvidia-smi), so a hung check costs its budget
+and never the runner, slurmd or a job prolog. Standard library only: nodes have python3, not gpucluster.
+
+What a check reads is where the host keeps it (/sys, /dev, /proc/self/mountinfo, the tools on PATH);
+GPC_HEALTH_ROOT prefixes the file paths so the tests can hand it a fake tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+BUILTIN = ("gpu-count", "gpu-ecc", "fabric-manager", "hca-ports", "link-flap", "munge", "disk-tmp", "disk-spool")
+NA = ("", "N/A", "[N/A]", "[Not Supported]", "[Unknown Error]")
+STAND_IN = (1, 3)  # /dev/null mapped at a GPU's path: a stand-in on staged nodes, not a GPU
+
+
+class CheckError(Exception):
+    """The check could not look (a tool failed or hung): a failure, with what went wrong."""
+
+
+def host_path(path: str) -> str:
+    return os.path.join(os.environ.get("GPC_HEALTH_ROOT", "/"), path.lstrip("/"))
+
+
+def first_line(text: str, limit: int = 160) -> str:
+    for line in (text or "").splitlines():
+        if line.strip():
+            return " ".join(line.split())[:limit]
+    return ""
+
+
+def run(argv: list[str], timeout: float) -> tuple[int, str, str]:
+    """Run a tool in its own process group; kill the group when it overruns."""
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    except OSError as exc:
+        raise CheckError(f"{argv[0]}: {exc.strerror or exc}") from None
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise CheckError(f"{os.path.basename(argv[0])} did not answer within {timeout:g}s") from None
+    return proc.returncode, out, err
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):  # stuck in the kernel: leave it, the budget is what matters
+        proc.communicate(timeout=1)
+
+
+def tool(name: str, *fallbacks: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    return next((f for f in fallbacks if os.access(f, os.X_OK)), None)
+
+
+def budget(check: dict) -> float:
+    """Seconds a tool may take inside the check: a little under the runner's budget for it."""
+    return max(1.0, float(check.get("timeout", 20)) - 1.0)
+
+
+# ---------------------------------------------------------------- GPUs
+
+
+def parse_nvidia_csv(text: str, fields: list[str]) -> list[dict[str, str]]:
+    """`nvidia-smi --query-gpu=... --format=csv,noheader[,nounits]` lines -> one dict per GPU."""
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        values = [v.strip() for v in line.split(",")]
+        if len(values) == len(fields):
+            rows.append(dict(zip(fields, values, strict=True)))
+    return rows
+
+
+def parse_rocm_csv(text: str) -> list[dict[str, str]]:
+    """`rocm-smi --showproductname --csv`: a header starting 'device,' then one 'cardN,...' row per GPU
+    (ROCm prints warnings around it; header spelling differs between releases, so keys are lower case)."""
+    lines = [line.strip() for line in text.splitlines()]
+    head = next((i for i, line in enumerate(lines) if line.lower().startswith("device,")), None)
+    if head is None:
+        return []
+    keys = [k.strip().lower() for k in lines[head].split(",")]
+    rows = []
+    for line in lines[head + 1:]:
+        if not line.lower().startswith("card"):
+            continue
+        values = [v.strip() for v in line.split(",")]
+        rows.append(dict(zip(keys, values + [""] * (len(keys) - len(values)), strict=False)))
+    return rows
+
+
+def device_files(pattern: str) -> list[tuple[str, bool]]:
+    """[(path, stand_in)] of character devices named like `pattern` (a regex on the name) under /dev/..."""
+    folder, _, name_re = pattern.rpartition("/")
+    out = []
+    try:
+        names = sorted(os.listdir(host_path(folder)), key=lambda n: [int(p) if p.isdigit() else p
+                                                                    for p in re.split(r"(\d+)", n)])
+    except OSError:
+        return out
+    for name in names:
+        if not re.fullmatch(name_re, name):
+            continue
+        try:
+            st = os.stat(host_path(f"{folder}/{name}"))
+        except OSError:
+            continue
+        if stat.S_ISCHR(st.st_mode):
+            out.append((f"{folder}/{name}", (os.major(st.st_rdev), os.minor(st.st_rdev)) == STAND_IN))
+    return out
+
+
+def gpu_count(check: dict) -> tuple[bool, str]:
+    want, model, vendor = int(check["count"]), str(check.get("model", "")).lower(), check["vendor"]
+    names: list[str] | None = None
+    if vendor == "nvidia":
+        smi = tool("nvidia-smi")
+        if smi:
+            rc, out, err = run([smi, "--query-gpu=index,name,pci.bus_id", "--format=csv,noheader"], budget(check))
+            if rc != 0:
+                return False, f"nvidia-smi failed: {first_line(err or out) or f'exit {rc}'}"
+            names = [g["name"] for g in parse_nvidia_csv(out, ["index", "name", "bus"])]
+            how = "nvidia-smi"
+    else:
+        smi = tool("rocm-smi", "/opt/rocm/bin/rocm-smi")
+        if smi:
+            rc, out, err = run([smi, "--showproductname", "--csv"], budget(check))
+            if rc != 0:
+                return False, f"rocm-smi failed: {first_line(err or out) or f'exit {rc}'}"
+            names = [",".join(r.values()) for r in parse_rocm_csv(out)]
+            how = "rocm-smi"
+    if names is None:
+        return _count_device_files(check, want)
+    if len(names) != want:
+        return False, f"{len(names)} of {want} GPUs ({how})"
+    for i, name in enumerate(names):
+        if model and model not in name.lower():
+            return False, f"GPU {i} is '{first_line(name, 60)}', not {model} ({how})"
+    return True, f"{want} of {want} GPUs ({how}: {first_line(names[0], 60) if names else '-'})"
+
+
+def _count_device_files(check: dict, want: int) -> tuple[bool, str]:
+    """No vendor tool (no driver installed): the device files Slurm's gres.conf names are what there is."""
+    found = device_files(check["devices"])
+    stand_ins = sum(1 for _p, s in found if s)
+    note = f"; {stand_ins} stand-ins (character device 1:3), not GPUs" if stand_ins else ""
+    if len(found) == want:
+        return True, f"{want} of {want} GPUs (device files, no vendor tool{note})"
+    have = {p for p, _s in found}
+    folder, prefix = check["devices"].rpartition("/")[0], check.get("device_prefix")
+    first = int(check.get("device_first", 0))
+    expected = [f"{folder}/{prefix}{first + i}" for i in range(want)] if prefix else []
+    missing = [p for p in expected if p not in have]
+    what = f"{', '.join(missing[:3])} missing" if missing else "device files"
+    return False, f"{len(found)} of {want} GPUs ({what}{note})"
+
+
+def gpu_ecc(check: dict) -> tuple[bool, str]:
+    limit = int(check.get("max_uncorrected", 0))
+    if check["vendor"] == "nvidia":
+        smi = tool("nvidia-smi")
+        if not smi:
+            return True, "not checked: nvidia-smi is not installed (no NVIDIA driver)"
+        fields = ["index", "ecc.mode.current", "ecc.errors.uncorrected.volatile.total", "remapped_rows.pending",
+                  "remapped_rows.failure"]
+        rc, out, err = run([smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"], budget(check))
+        if rc != 0:
+            return False, f"nvidia-smi failed: {first_line(err or out) or f'exit {rc}'}"
+        bad = []
+        gpus = parse_nvidia_csv(out, fields)
+        for g in gpus:
+            i = g["index"]
+            if g["ecc.mode.current"] == "Disabled":
+                bad.append(f"GPU {i}: ECC is disabled")
+            n = g["ecc.errors.uncorrected.volatile.total"]
+            if n not in NA and n.isdigit() and int(n) > limit:
+                bad.append(f"GPU {i}: {n} uncorrected ECC errors since the driver loaded")
+            if g["remapped_rows.failure"] == "Yes":
+                bad.append(f"GPU {i}: row remapping failed (replace the GPU)")
+            if g["remapped_rows.pending"] == "Yes":
+                bad.append(f"GPU {i}: row remapping pending (reset the GPU)")
+        if not gpus:
+            return False, "nvidia-smi listed no GPU"
+        return (False, "; ".join(bad)) if bad else (True, f"no uncorrected ECC errors on {len(gpus)} GPUs")
+    return _amd_ras(limit)
+
+
+def _amd_ras(limit: int) -> tuple[bool, str]:
+    """amdgpu's RAS counters: /sys/class/drm/cardN/device/ras/<block>_err_count holds 'ue: N' and 'ce: N'."""
+    base = host_path("/sys/class/drm")
+    try:
+        cards = sorted(n for n in os.listdir(base) if re.fullmatch(r"card\d+", n))
+    except OSError:
+        cards = []
+    bad, seen = [], 0
+    for card in cards:
+        ras = os.path.join(base, card, "device", "ras")
+        if not os.path.isdir(ras):
+            continue
+        seen += 1
+        ue = 0
+        for name in sorted(os.listdir(ras)):
+            if name.endswith("_err_count"):
+                try:
+                    text = _read(os.path.join(ras, name))
+                except OSError:
+                    continue
+                m = re.search(r"^ue:\s*(\d+)", text, re.M)
+                ue += int(m.group(1)) if m else 0
+        if ue > limit:
+            bad.append(f"{card}: {ue} uncorrected ECC errors")
+    if not seen:
+        return True, "not checked: no amdgpu RAS counters in /sys/class/drm (no AMD driver loaded)"
+    return (False, "; ".join(bad)) if bad else (True, f"no uncorrected ECC errors on {seen} GPUs")
+
+
+def fabric_manager(check: dict) -> tuple[bool, str]:
+    unit = check.get("unit", "nvidia-fabricmanager.service")
+    systemctl = tool("systemctl")
+    if not systemctl:
+        return False, "systemctl not found: cannot tell whether Fabric Manager runs"
+    rc, out, _err = run([systemctl, "is-active", unit], budget(check))
+    state = first_line(out) or f"exit {rc}"
+    if state != "active":
+        return False, f"{unit} is {state}"
+    smi = tool("nvidia-smi")
+    if smi:
+        rc, out, _err = run([smi, "--query-gpu=index,fabric.state,fabric.status", "--format=csv,noheader"],
+                           budget(check))
+        if rc == 0:
+            for g in parse_nvidia_csv(out, ["index", "state", "status"]):
+                if g["state"] not in NA and g["state"] != "Completed":
+                    return False, f"GPU {g['index']}: NVLink fabric {g['state']} ({g['status']})"
+                if g["state"] == "Completed" and g["status"] not in NA and g["status"] != "Success":
+                    return False, f"GPU {g['index']}: NVLink fabric registration {g['status']}"
+    return True, f"{unit} active"
+
+
+# ---------------------------------------------------------------- HCAs
+
+
+def _read(path: str) -> str:
+    with open(path) as fh:
+        return fh.read().strip()
+
+
+def _ports(hca: str) -> list[str]:
+    try:
+        return sorted(os.listdir(host_path(f"/sys/class/infiniband/{hca}/ports")), key=lambda p: int(p))
+    except (OSError, ValueError):
+        return []
+
+
+def hca_ports(check: dict) -> tuple[bool, str]:
+    """Every planned HCA is there, each port ACTIVE (state '4: ACTIVE') at the planned rate or more."""
+    rate = float(check.get("rate_gbps", 0))
+    bad = []
+    for hca in check["hcas"]:
+        ports = _ports(hca)
+        if not ports:
+            bad.append(f"{hca} missing from /sys/class/infiniband (HCA gone or driver not loaded)")
+            continue
+        for port in ports:
+            base = host_path(f"/sys/class/infiniband/{hca}/ports/{port}")
+            try:
+                state, speed = _read(f"{base}/state"), _read(f"{base}/rate")
+            except OSError as exc:
+                bad.append(f"{hca}/{port}: {exc.strerror}")
+                continue
+            if not state.endswith("ACTIVE") or "INIT" in state:
+                bad.append(f"{hca}/{port} is {state.split(':', 1)[-1].strip()}")
+                continue
+            m = re.match(r"([\d.]+) Gb/sec", speed)
+            if rate and (not m or float(m.group(1)) < rate):
+                bad.append(f"{hca}/{port} at {speed}, planned {rate:g} Gb/sec")
+    if bad:
+        return False, "; ".join(bad)
+    return True, f"{len(check['hcas'])} HCAs ACTIVE at {rate:g} Gb/sec or more"
+
+
+def link_flap(check: dict) -> tuple[bool, str]:
+    """link_downed counts a port's link going down; a rise since the last run is a flapping link."""
+    limit = int(check.get("max_increase", 0))
+    state_file = os.path.join(check["state_dir"], "link-flap.json")
+    try:
+        with open(state_file) as fh:
+            before = json.load(fh)
+    except (OSError, ValueError):
+        before = {}
+    now, bad = {}, []
+    for hca in check["hcas"]:
+        for port in _ports(hca):
+            try:
+                value = int(_read(host_path(f"/sys/class/infiniband/{hca}/ports/{port}/counters/link_downed")))
+            except (OSError, ValueError):
+                continue
+            key = f"{hca}/{port}"
+            now[key] = value
+            rise = value - int(before[key]) if key in before else 0
+            if rise > limit:
+                bad.append(f"{key}: link_downed {before[key]} -> {value} (+{rise} since the last run)")
+    _write_json(state_file, now)
+    if bad:
+        return False, "; ".join(bad)
+    if not before:
+        return True, f"baseline of {len(now)} ports recorded"
+    return True, f"no link went down on {len(now)} ports since the last run"
+
+
+def _write_json(path: str, data) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as fh:
+        json.dump(data, fh)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------- mounts, munge, disks
+
+
+def _unescape(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mountinfo(text: str) -> dict[str, str]:
+    """{mount point: fs type} from /proc/self/mountinfo (the last mount at a path is the visible one)."""
+    out = {}
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields = left.split()
+        if not sep or len(fields) < 5:
+            continue
+        out[_unescape(fields[4])] = right.split()[0] if right.split() else ""
+    return out
+
+
+def mount(check: dict) -> tuple[bool, str]:
+    path, want = check["path"], check.get("fstype", "")
+    try:
+        mounts = mountinfo(_read(host_path("/proc/self/mountinfo")))
+    except OSError as exc:
+        return False, f"cannot read /proc/self/mountinfo: {exc.strerror}"
+    if path not in mounts:
+        record = check.get("skip_record")
+        if record and os.path.exists(host_path(record)):
+            return True, f"not mounted, as the role recorded: {first_line(_read(host_path(record)), 120)}"
+        return False, f"{path} not mounted"
+    fstype = mounts[path]
+    if want and not fstype.startswith(want):
+        return False, f"{path} is {fstype}, not {want}"
+    # A dead server hangs stat in the kernel: ask from a child and give up on it after the budget.
+    wait = float(check.get("stat_timeout", 5))
+    probe = [sys.executable, "-c", "import os,sys; os.statvfs(sys.argv[1]); os.listdir(sys.argv[1])",
+             host_path(path)]
+    try:
+        rc, _out, err = run(probe, wait)
+    except CheckError:
+        return False, f"{path} ({fstype}) did not answer within {wait:g}s"
+    if rc != 0:
+        return False, f"{path} ({fstype}): {first_line(err).rpartition(': ')[2] or f'exit {rc}'}"
+    return True, f"{path} ({fstype}) answers"
+
+
+def munge(check: dict) -> tuple[bool, str]:
+    munge_bin, unmunge_bin = tool("munge"), tool("unmunge")
+    if not (munge_bin and unmunge_bin):
+        return False, "munge or unmunge not found (package munge)"
+    rc, cred, err = run([munge_bin, "-n"], budget(check))
+    if rc != 0:
+        return False, f"munge -n failed: {first_line(err) or f'exit {rc}'}"
+    try:
+        proc = subprocess.run([unmunge_bin], input=cred, capture_output=True, text=True, timeout=budget(check),
+                              start_new_session=True)
+    except subprocess.TimeoutExpired:
+        return False, f"unmunge did not answer within {budget(check):g}s"
+    if proc.returncode != 0:
+        return False, f"unmunge failed: {first_line(proc.stderr or proc.stdout) or f'exit {proc.returncode}'}"
+    return True, "munge -n | unmunge: Success"
+
+
+def disk(check: dict) -> tuple[bool, str]:
+    path, need = check["path"], float(check.get("min_free_pct", 5))
+    try:
+        st = os.statvfs(host_path(path))
+    except OSError as exc:
+        return False, f"{path}: {exc.strerror}"
+    total = st.f_blocks * st.f_frsize
+    free = st.f_bavail * st.f_frsize
+    pct = 100.0 * free / total if total else 0.0
+    text = f"{path} {pct:.1f}% free ({_size(free)} of {_size(total)})"
+    if pct < need:
+        return False, f"{text} < {need:g}%"
+    return True, text
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+KINDS = {"gpu-count": gpu_count, "gpu-ecc": gpu_ecc, "service": fabric_manager, "hca-ports": hca_ports,
+         "link-flap": link_flap, "mount": mount, "munge": munge, "disk": disk}
+
+
+def run_check(check: dict) -> tuple[bool, str]:
+    try:
+        return KINDS[check["kind"]](check)
+    except CheckError as exc:
+        return False, str(exc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Run one node health check and print its result as JSON.")
+    p.add_argument("--config", required=True)
+    p.add_argument("--check", required=True)
+    args = p.parse_args(argv)
+    started = time.monotonic()
+    try:
+        with open(args.config) as fh:
+            config = json.load(fh)
+        check = next(c for c in config["checks"] if c["name"] == args.check)
+        check = {"state_dir": config.get("state_dir", "/var/lib/gpucluster/health"), **check}
+        ok, message = run_check(check)
+    except StopIteration:
+        ok, message = False, f"no check named {args.check} in {args.config}"
+    except Exception as exc:  # a broken check fails, with its error, rather than vanishing
+        ok, message = False, f"check error: {type(exc).__name__}: {exc}"
+    print(json.dumps({"ok": ok, "message": message, "seconds": round(time.monotonic() - started, 3)}))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

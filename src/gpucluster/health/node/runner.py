@@ -1,0 +1,300 @@
+#!/usr/bin/python3
+"""Slurm's HealthCheckProgram: run this node's checks, each within its budget, then drain or resume.
+
+slurmd runs it at start (before the node registers) and every HealthCheckInterval, with an almost empty
+environment (SLURMD_NODENAME, no PATH), kills it after 60 s, and blocks registration while it runs. So:
+- every check is its own process group, killed at its budget ("timed out after Ns" is a failure);
+- the whole run stops at `run_budget` seconds (config), below Slurm's 60, whatever the checks do;
+- it always exits 0: the verdict goes to Slurm through scontrol (decide.py), never through an exit
+  status that would keep slurmd from registering;
+- a second run while one is going exits at once (a lock), so slow runs never pile up.
+
+State (per check: last result and since when; passing runs in a row) is kept in <state_dir>/state.json,
+which `gpucluster health status` reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+try:
+    from . import decide, slurmctl
+except ImportError:  # run as a script on a node: the files sit side by side
+    import decide
+    import slurmctl
+
+DEFAULT_CONFIG = "/etc/gpucluster/health/config.json"
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def node_name(given: str | None = None) -> str:
+    return given or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
+def environment(config: dict) -> dict[str, str]:
+    """slurmd gives no PATH: the system's, after the caller's own when there is one (a run by hand)."""
+    path = ":".join(p for p in (os.environ.get("PATH", ""), PATH) if p)
+    env = {"PATH": path, "LANG": "C.UTF-8", **{str(k): str(v) for k, v in config.get("env", {}).items()}}
+    for key in ("GPC_HEALTH_ROOT", "SLURM_CONF"):
+        if key in os.environ and key not in env:
+            env[key] = os.environ[key]
+    return env
+
+
+def site_checks(folder: str, default_timeout: float, taken: set[str]) -> list[dict]:
+    """Executables in the site folder, in name order: `10-lustre.sh` is the check `lustre`."""
+    out = []
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return out
+    for name in names:
+        path = os.path.join(folder, name)
+        if name.startswith(".") or not os.path.isfile(path) or not os.access(path, os.X_OK):
+            continue
+        base = re.sub(r"[^a-z0-9-]+", "-", re.sub(r"^\d+[-_]", "", name.rsplit(".", 1)[0].lower())).strip("-")
+        base = base or "site"
+        check = base if base not in taken else f"site-{base}"
+        taken.add(check)
+        out.append({"name": check, "kind": "site", "path": path, "timeout": default_timeout})
+    return out
+
+
+def seconds_text(x: float) -> str:
+    """'20s' for a budget; fractions only below a second (a run near its end gives checks what is left)."""
+    return f"{round(x)}s" if round(x) >= 1 else f"{x:.1f}s"
+
+
+def _result(name: str, ok: bool, message: str, seconds: float, timed_out: bool = False) -> dict:
+    return {"name": name, "ok": ok, "message": message, "seconds": round(seconds, 3), "timed_out": timed_out}
+
+
+def run_one(check: dict, config_path: str, env: dict, limit: float) -> dict:
+    """One check in its own process group; killed with the group when it overruns `limit` seconds."""
+    name = check["name"]
+    if check.get("kind") == "site":
+        argv = [check["path"]]
+    else:
+        argv = [sys.executable, os.path.join(HERE, "checks.py"), "--config", config_path, "--check", name]
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                start_new_session=True, stdin=subprocess.DEVNULL, cwd="/")
+    except OSError as exc:
+        return _result(name, False, f"cannot start: {exc.strerror or exc}", 0.0)
+    try:
+        out, err = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):  # stuck in the kernel (dead NFS): abandoned
+            proc.communicate(timeout=1)
+        return _result(name, False, f"timed out after {seconds_text(limit)}", time.monotonic() - started, True)
+    seconds = time.monotonic() - started
+    if check.get("kind") == "site":
+        text = next((line.strip() for line in (out + "\n" + err).splitlines() if line.strip()), "")
+        return _result(name, proc.returncode == 0, text[:200] or f"exit {proc.returncode}", seconds)
+    try:
+        data = json.loads(out.strip().splitlines()[-1])
+        return _result(name, bool(data["ok"]), str(data["message"]), seconds)
+    except (ValueError, IndexError, KeyError, TypeError):
+        tail = (err or out).strip().splitlines()
+        return _result(name, False, f"check crashed: {tail[-1][:160] if tail else f'exit {proc.returncode}'}",
+                       seconds)
+
+
+def run_checks(checks: list[dict], config_path: str, env: dict, run_budget: float) -> list[dict]:
+    """All checks at once; each within its own budget, all within the run's. Results in check order."""
+    deadline = time.monotonic() + run_budget
+    results: dict[str, dict] = {}
+
+    def work(check: dict) -> None:
+        limit = min(float(check.get("timeout", 20)), max(0.5, deadline - time.monotonic()))
+        results[check["name"]] = run_one(check, config_path, env, limit)
+
+    threads = [threading.Thread(target=work, args=(c,), daemon=True) for c in checks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()) + 2)
+    late = f"timed out after {seconds_text(run_budget)} (the run's budget)"
+    return [results.get(c["name"]) or _result(c["name"], False, late, run_budget, True) for c in checks]
+
+
+# ---------------------------------------------------------------- state
+
+
+def load_state(path: str) -> dict:
+    try:
+        with open(path) as fh:
+            state = json.load(fh)
+        return state if isinstance(state, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def save_state(path: str, state: dict) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as fh:
+        json.dump(state, fh, indent=1, sort_keys=True)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def record(state: dict, results: list[dict], now: float) -> dict:
+    """Per check: its last result, and since when it has had that outcome."""
+    before = state.get("checks", {})
+    checks = {}
+    for r in results:
+        old = before.get(r["name"], {})
+        since = old.get("since", now) if old.get("ok") == r["ok"] else now
+        checks[r["name"]] = {**r, "since": since, "last": now}
+    return checks
+
+
+# ---------------------------------------------------------------- one run
+
+
+def run(config_path: str, node: str | None = None, act: bool = True) -> dict:
+    config_path = os.path.abspath(config_path)  # the checks run from /, not from the caller's folder
+    with open(config_path) as fh:
+        config = json.load(fh)
+    env = environment(config)
+    state_dir = config.get("state_dir", "/var/lib/gpucluster/health")
+    os.makedirs(state_dir, mode=0o755, exist_ok=True)
+    node = node_name(node)
+    env["SLURMD_NODENAME"] = node  # site checks may want to know which node they check
+    checks = list(config.get("checks", []))
+    checks += site_checks(config.get("site_dir", "/etc/gpucluster/health.d"), float(config.get("check_timeout", 20)),
+                          {c["name"] for c in checks})
+    started = time.time()
+    results = run_checks(checks, config_path, env, float(config.get("run_budget", 30)))
+    state_path = os.path.join(state_dir, "state.json")
+    state = load_state(state_path)
+    failures = [(r["name"], r["message"]) for r in results if not r["ok"]]
+    info, why_not = slurmctl.show(node, env)
+    summary = {"node": node, "started": started, "seconds": round(time.time() - started, 3),
+               "checks": record(state, results, started), "passes": int(state.get("passes", 0))}
+    if info is None:
+        summary.update(action="none", why=f"node state unknown, nothing changed: {why_not}")
+    else:
+        d = decide.decide(info.get("State", ""), info.get("reason", ""), failures, int(state.get("passes", 0)),
+                          int(config.get("resume_after", 3)), {c["name"] for c in checks} | {"config"})
+        summary.update(action=d.action, why=d.why, passes=d.passes, slurm_state=info.get("State", ""),
+                       reason=d.reason if d.action == "drain" else info.get("reason", ""))
+        if act and d.action == "drain":
+            ok, text = slurmctl.drain(node, d.reason, env)
+            summary["applied"] = ok if ok else f"scontrol update failed: {text}"
+        elif act and d.action == "resume":
+            ok, text = slurmctl.resume(node, env)
+            summary["applied"] = ok if ok else f"scontrol update failed: {text}"
+            if ok:
+                summary["reason"] = ""
+    save_state(state_path, summary)
+    return summary
+
+
+def stale(config_path: str, now: float | None = None) -> bool:
+    """Whether the last run is older than the interval: slurmd runs the checks only while it can talk to
+    slurmctld (a node whose munged died never gets the RPC), so a timer runs them too, and this keeps the
+    two from counting each interval twice toward resume_after."""
+    with open(config_path) as fh:
+        config = json.load(fh)
+    state = load_state(os.path.join(config.get("state_dir", "/var/lib/gpucluster/health"), "state.json"))
+    last = float(state.get("started", 0) or 0)
+    return (time.time() if now is None else now) - last >= float(config.get("interval", 300)) - 1
+
+
+def report(config_path: str, check: str, ok: bool, message: str, node: str | None = None) -> dict:
+    """An active check's verdict (from its Slurm job): recorded beside the passive ones; a failure
+    drains the node like theirs. A pass changes nothing in Slurm: the node was running the job."""
+    with open(config_path) as fh:
+        config = json.load(fh)
+    env = environment(config)
+    state_dir = config.get("state_dir", "/var/lib/gpucluster/health")
+    os.makedirs(state_dir, mode=0o755, exist_ok=True)
+    node = node_name(node)
+    path = os.path.join(state_dir, "state.json")
+    state = load_state(path)
+    now = time.time()
+    result = _result(check, ok, message, 0.0)
+    checks = state.get("checks", {})
+    old = checks.get(check, {})
+    checks[check] = {**result, "since": old.get("since", now) if old.get("ok") == ok else now, "last": now,
+                     "active": True}
+    state["checks"] = checks
+    if not ok:
+        info, why_not = slurmctl.show(node, env)
+        if info is None:
+            state["why"] = f"{check} failed; node state unknown, nothing changed: {why_not}"
+        else:
+            d = decide.decide(info.get("State", ""), info.get("reason", ""), [(check, message)], 0, 1)
+            state.update(action=d.action, why=d.why, passes=0)
+            if d.action == "drain":
+                done, text = slurmctl.drain(node, d.reason, env)
+                state["applied"] = done if done else f"scontrol update failed: {text}"
+                state["reason"] = d.reason
+    save_state(path, state)
+    return state
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="gpucluster node health checks (Slurm HealthCheckProgram).")
+    p.add_argument("--config", default=DEFAULT_CONFIG)
+    p.add_argument("--node", help="Slurm node name (default: $SLURMD_NODENAME, else the short hostname)")
+    p.add_argument("--no-act", action="store_true", help="decide and record, but change nothing in Slurm")
+    p.add_argument("--if-stale", action="store_true",
+                   help="only if no run started within the interval (the node's timer, beside slurmd's runs)")
+    p.add_argument("--report", metavar="CHECK", help="record an active check's verdict (from its Slurm job)")
+    p.add_argument("--failed", metavar="MESSAGE", help="with --report: the check failed, and why")
+    p.add_argument("--passed", metavar="MESSAGE", help="with --report: the check passed")
+    args = p.parse_args(argv)
+    if args.report:
+        ok = args.failed is None
+        state = report(args.config, args.report, ok, args.passed if ok else args.failed, args.node)
+        print(f"gpucluster-health: {args.report} {'passed' if ok else 'failed'}: {state.get('why', 'recorded')}")
+        return 0
+    try:
+        with open(args.config) as fh:
+            state_dir = json.load(fh).get("state_dir", "/var/lib/gpucluster/health")
+    except (OSError, ValueError) as exc:
+        # Unchecked is not healthy: say so in Slurm. A good config later resumes the node (gpc: reason).
+        why = getattr(exc, "strerror", None) or exc
+        reason = decide.reason_for([("config", f"cannot read {args.config}: {why}")])
+        ok, text = slurmctl.drain(node_name(args.node), reason, environment({}))
+        print(f"gpucluster-health: {reason}" + ("" if ok else f" (scontrol: {text})"), file=sys.stderr)
+        return 0
+    try:
+        os.makedirs(state_dir, mode=0o755, exist_ok=True)
+        lock = open(os.path.join(state_dir, ".lock"), "w")  # noqa: SIM115 - held for the whole run
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            print("gpucluster-health: a run is still going; this one exits")
+            return 0
+        if args.if_stale and not stale(args.config):
+            return 0
+        summary = run(args.config, args.node, act=not args.no_act)
+    except Exception as exc:  # never keep slurmd from registering: report and exit 0
+        print(f"gpucluster-health: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 0
+    failed = [f"{n}: {c['message']}" for n, c in summary["checks"].items() if not c["ok"]]
+    print(f"gpucluster-health {summary['node']}: {summary['action']} ({summary['why']})"
+          + (f"; failed: {'; '.join(failed)}" if failed else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

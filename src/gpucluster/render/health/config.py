@@ -1,0 +1,106 @@
+"""Which checks each compute node group runs, with what it expects, from the spec and the plan.
+
+The result is the JSON file the slurm_health role installs as /etc/gpucluster/health/config.json: the
+node side (node/checks.py) reads only that, so expected values (GPU count and model, HCA names and rate,
+mount points, thresholds) come from the spec and the plan, never from the node's own idea of itself.
+"""
+
+from __future__ import annotations
+
+from gpucluster.cluster import Cluster
+from gpucluster.render.slurm import SPOOL_DIR
+from gpucluster.spec.model import NodeGroup
+from gpucluster.spec.stacks import RUN_MARGIN_S, driver_stack, needs_fabric_manager
+
+STATE_DIR = "/var/lib/gpucluster/health"
+SITE_DIR = "/etc/gpucluster/health.d"
+SKIP_DIR = "/var/lib/gpucluster/skipped"  # where roles record what they skipped (docs/storage.md)
+# Device files Slurm's gres.conf names (render/slurm.py gpu_files), per vendor: (folder/regex of a
+# name, GPU i's name is prefix + (first + i)).
+DEVICES = {"nvidia": (r"/dev/nvidia\d+", "nvidia", 0), "amd": (r"/dev/dri/renderD\d+", "renderD", 128)}
+MOUNT_STAT_TIMEOUT_S = 5
+
+
+def _unit_name(path: str) -> str:
+    """systemd's mount unit name of a path (systemd-escape --path --suffix=mount), as the nfs role names
+    its skip records; the same rule as plugins/filter/gpucluster_spec.py's unit_name."""
+    trimmed = "/".join(p for p in path.split("/") if p)
+    out = []
+    for i, ch in enumerate(trimmed):
+        if ch == "/":
+            out.append("-")
+        elif ch.isascii() and (ch.isalnum() or ch in ":_" or (ch == "." and i > 0)):
+            out.append(ch)
+        else:
+            out.extend(f"\\x{b:02x}" for b in ch.encode())
+    return ("".join(out) or "-") + ".mount"
+
+
+def _client_groups(spec, declared) -> list[str]:
+    if declared is not None:
+        return list(declared)
+    return [g.name for g in spec.node_groups if g.role in ("compute", "login")]
+
+
+def mount_checks(cluster: Cluster, group: NodeGroup) -> list[dict]:
+    spec = cluster.spec
+    out = []
+    flash = spec.storage.flash
+    if flash and group.name in _client_groups(spec, flash.client_groups):
+        out.append({"name": f"mount-{flash.name}", "kind": "mount", "path": flash.mount, "fstype": "fuse",
+                    "stat_timeout": MOUNT_STAT_TIMEOUT_S})
+    for tier in spec.storage.nfs:
+        if group.name not in _client_groups(spec, tier.client_groups):
+            continue
+        for i, export in enumerate(tier.exports):
+            out.append({"name": f"mount-{tier.name}" + (f"-{i + 1}" if i else ""), "kind": "mount",
+                        "path": export.mount, "fstype": "nfs", "stat_timeout": MOUNT_STAT_TIMEOUT_S,
+                        # Where the kernel has no NFS client the nfs role skips the mount and says why.
+                        "skip_record": f"{SKIP_DIR}/nfs-mount-{_unit_name(export.mount)}"})
+    return out
+
+
+def node_config(cluster: Cluster, group_name: str) -> dict:
+    """The health config of one compute node group: the checks in the order their failures are reported."""
+    spec, plan = cluster.spec, cluster.plan
+    health = spec.health
+    group = spec.group(group_name)
+    checks: list[dict] = [{"name": "munge", "kind": "munge"}]
+    model = spec.parts.gpus.get(group.gpu or "") if group.gpus_per_node else None
+    if model is not None:
+        count = group.gpus_per_node
+        pattern, prefix, first = DEVICES[model.vendor]
+        checks.append({"name": "gpu-count", "kind": "gpu-count", "vendor": model.vendor, "count": count,
+                       "model": model.slurm_type, "devices": pattern, "device_prefix": prefix,
+                       "device_first": first})
+        checks.append({"name": "gpu-ecc", "kind": "gpu-ecc", "vendor": model.vendor,
+                       "max_uncorrected": health.ecc_uncorrected_max})
+        if needs_fabric_manager(spec, group) and driver_stack(spec, group.name)["fabric_manager"]:
+            checks.append({"name": "fabric-manager", "kind": "service", "unit": "nvidia-fabricmanager.service"})
+    nic = spec.parts.nics.get(group.nic or "") if group.nics_per_node else None
+    if nic is not None and nic.rdma and group in spec.fabric_groups:
+        hcas = plan.hcas(group)
+        checks.append({"name": "hca-ports", "kind": "hca-ports", "hcas": hcas, "rate_gbps": plan.speed_gbps})
+        checks.append({"name": "link-flap", "kind": "link-flap", "hcas": hcas,
+                       "max_increase": health.link_downed_max})
+    checks += mount_checks(cluster, group)
+    checks.append({"name": "disk-tmp", "kind": "disk", "path": "/tmp", "min_free_pct": health.min_free_pct})
+    checks.append({"name": "disk-spool", "kind": "disk", "path": SPOOL_DIR, "min_free_pct": health.min_free_pct})
+    checks = [{**c, "timeout": health.check_timeout} for c in checks if c["name"] not in health.skip]
+    return {
+        "version": 1,
+        "cluster": spec.name,
+        "group": group.name,
+        "interval": health.interval,
+        "check_timeout": health.check_timeout,
+        "run_budget": health.check_timeout + RUN_MARGIN_S,
+        "resume_after": health.resume_after,
+        "state_dir": STATE_DIR,
+        "site_dir": SITE_DIR,
+        "checks": checks,
+    }
+
+
+def node_configs(cluster: Cluster) -> dict[str, dict]:
+    """node_config() of every compute group (where slurmd, and so the HealthCheckProgram, runs)."""
+    return {g.name: node_config(cluster, g.name) for g in cluster.spec.groups_with_role("compute")}

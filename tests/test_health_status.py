@@ -1,0 +1,90 @@
+"""`gpucluster health status`: parsing Slurm's own output (captured from Slurm 22.05.8, tests/data/health/)
+and the nodes' state files, and the report: drained nodes by reason, by whom, since when, last checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpucluster.health import status
+from gpucluster.health.node.slurmctl import parse_node, parse_nodes
+
+DATA = Path(__file__).resolve().parent / "data" / "health"
+SHOW = (DATA / "scontrol-show-node-o.txt").read_text()
+SINFO = (DATA / "sinfo-R-format.txt").read_text()
+
+
+def test_scontrol_lines_keep_reasons_whole() -> None:
+    nodes = parse_nodes(SHOW)
+    assert sorted(nodes) == ["gpu01", "gpu02", "gpu03", "gpu04"]
+    assert (nodes["gpu01"]["State"], nodes["gpu01"]["reason"]) == ("IDLE+DRAIN", "gpc:gpu-count: 3 of 4 GPUs")
+    assert (nodes["gpu01"]["reason_user"], nodes["gpu01"]["reason_time"]) == ("root", "2026-11-23T01:23:51")
+    assert nodes["gpu02"]["reason"] == "maintenance by hand"
+    assert nodes["gpu03"]["State"] == "MIXED+DRAIN"
+    assert nodes["gpu03"]["reason"] == "gpc:mount-flash: /mnt/flash not mounted (+1 more)"
+    assert nodes["gpu04"]["State"] == "DOWN+DRAIN"
+    # Fields before Reason are intact, values with spaces (OS=Linux 6.x #1 SMP ...) included.
+    assert nodes["gpu01"]["Partitions"] == "batch" and nodes["gpu01"]["CPUTot"] == "2"
+
+
+def test_a_reason_holding_equals_signs_and_brackets() -> None:
+    line = ("NodeName=gpu09 State=IDLE+DRAIN Partitions=p Reason=gpc:disk-spool: free=3% [of 2 GiB] < 5% "
+            "[root@2026-11-23T01:23:51] Comment=(null)")
+    node = parse_node(line)
+    assert node["reason"] == "gpc:disk-spool: free=3% [of 2 GiB] < 5%"
+    assert node["reason_user"] == "root" and node["Comment"] == "(null)" and node["State"] == "IDLE+DRAIN"
+    assert parse_node("NodeName=gpu10 State=IDLE Partitions=p")["reason"] == ""
+
+
+def test_sinfo_reasons_expand_hostlists() -> None:
+    got = status.parse_sinfo_reasons(SINFO)
+    assert got["gpu02"] == {"time": "2026-11-23T01:23:51", "user": "root", "state": "drained",
+                            "reason": "maintenance by hand"}
+    assert got["gpu03"]["state"] == "draining"
+    grouped = status.parse_sinfo_reasons("2026-11-23T01:23:51|root|gpu[05-07,09]|drained|gpc:munge: x|y\n")
+    assert sorted(grouped) == ["gpu05", "gpu06", "gpu07", "gpu09"]
+    assert grouped["gpu09"]["reason"] == "gpc:munge: x|y"
+
+
+def state_file(action: str, checks: dict, started: float = 1795397421.0) -> dict:
+    return {"node": "x", "started": started, "action": action, "why": "w",
+            "checks": {n: {"ok": ok, "message": m, "since": started - 600, "last": started}
+                       for n, (ok, m) in checks.items()}}
+
+
+@pytest.fixture
+def rows() -> list[status.NodeStatus]:
+    states = {"gpu01": state_file("drain", {"gpu-count": (False, "3 of 4 GPUs"), "munge": (True, "ok")}),
+              "gpu02": state_file("none", {"gpu-count": (True, "4 of 4"), "munge": (True, "ok")})}
+    return status.merge(SHOW, SINFO, states, {"gpu04": "ssh: connect to host gpu04 port 22: No route to host"},
+                        ["gpu01", "gpu02", "gpu03", "gpu04"])
+
+
+def test_merge_says_who_drained_each_node(rows) -> None:
+    by = {r.name: (r.drained, r.by) for r in rows}
+    assert by == {"gpu01": (True, "gpucluster"), "gpu02": (True, "operator"), "gpu03": (True, "gpucluster"),
+                  "gpu04": (True, "gpucluster")}
+    assert rows[0].checks["gpu-count"]["message"] == "3 of 4 GPUs"
+
+
+def test_report_groups_drained_nodes_by_reason(rows) -> None:
+    text = status.format_status(rows, now=1795397421.0 + 30)
+    assert text.startswith("drained: 4 of 4 nodes\n")
+    assert "  maintenance by hand\n    gpu02: since 2026-11-23T01:23:51 by root (drained by hand: never resumed" in text
+    assert "  gpc:gpu-count: 3 of 4 GPUs\n    gpu01: since 2026-11-23T01:23:51 by root (resumed by gpucluster" in text
+    assert "  gpu01 [IDLE+DRAIN] 30s ago: drain (w)\n    FAIL gpu-count: 3 of 4 GPUs (since " in text
+    assert "    ok: munge\n" in text
+    assert "  gpu03: no health run recorded\n" in text
+    assert "  gpu04: state file not read: ssh: connect to host gpu04" in text
+
+
+def test_json_output_is_one_record_per_node(rows) -> None:
+    records = json.loads(status.as_json(rows))
+    assert [r["name"] for r in records] == ["gpu01", "gpu02", "gpu03", "gpu04"]
+    assert records[1]["by"] == "operator" and records[0]["drained"] is True
+
+
+def test_broken_state_file_reads_as_no_run() -> None:
+    assert status.parse_state_file("{truncated") == {} and status.parse_state_file("[1]") == {}

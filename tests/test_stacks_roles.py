@@ -1,0 +1,214 @@
+"""The driver-stack roles (nvidia_gpu, amd_gpu, rdma, nccl) and slurm_health without nodes: the house
+layout (docs/roles.md), decisions from what a host has (never a staged flag), the filters they call as
+plain Python, the playbooks' syntax, and ansible-lint's production profile.
+
+What ran on nodes: the hardware playbook and health.yml in check mode against this (GPU-less) machine,
+and the nvidia_gpu role for real on an H100 host with no route to NVIDIA's repository (docs/drivers.md).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, example_path
+
+ROLES = ("nvidia_gpu", "amd_gpu", "rdma", "nccl", "slurm_health")
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+filters = _load(ROOT / "plugins" / "filter" / "gpucluster_stacks.py", "gpucluster_stacks_filters_roles")
+
+
+def _yaml(path: Path):
+    return yaml.safe_load(path.read_text()) if path.exists() else None
+
+
+def _task_files(role: str) -> list[Path]:
+    return sorted(p for p in (ROOT / "roles" / role).glob("*/*.yml") if p.parent.name in ("tasks", "handlers"))
+
+
+def _tasks(role: str):
+    def walk(tasks):
+        for task in tasks or []:
+            yield task
+            yield from walk(task.get("block"))
+
+    for path in _task_files(role):
+        for task in walk(_yaml(path)):
+            yield path, task
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_house_layout(role: str) -> None:
+    base = ROOT / "roles" / role
+    for rel in ("meta/argument_specs.yml", "meta/main.yml", "defaults/main.yml", "vars/Debian.yml",
+                "tasks/main.yml", "tasks/preflight.yml"):
+        assert (base / rel).is_file(), f"roles/{role}/{rel} is missing"
+    assert _yaml(base / "tasks" / "main.yml")[0].get("ansible.builtin.import_tasks") == "preflight.yml"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_defaults_documented_prefixed_and_in_the_argument_spec(role: str) -> None:
+    base = ROOT / "roles" / role
+    defaults = _yaml(base / "defaults" / "main.yml") or {}
+    lines = (base / "defaults" / "main.yml").read_text().splitlines()
+    for var in defaults:
+        assert var.startswith(f"{role}_"), f"{role}: {var} lacks the prefix {role}_"
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"{var}:"))
+        assert lines[at - 1].lstrip().startswith("#"), f"{role}: {var} has no comment above it"
+    options = _yaml(base / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
+    assert set(options) - {"gpucluster_spec"} == set(defaults), role
+    for var, value in defaults.items():
+        if not (isinstance(value, str) and "{{" in value):
+            assert options[var].get("default") == value, f"{role}: {var}"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_internal_names_and_commands(role: str) -> None:
+    for path in (ROOT / "roles" / role / "vars").glob("*.yml"):
+        for var in _yaml(path) or {}:
+            assert var.startswith(f"__{role}_"), f"{path}: {var}"
+    for path, task in _tasks(role):
+        if "register" in task:
+            assert task["register"].startswith(f"__{role}_"), f"{path}: {task['register']}"
+        if any(k in task for k in ("ansible.builtin.command", "ansible.builtin.shell")):
+            assert "changed_when" in task, f"{path}: {task.get('name')!r} has no changed_when"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_roles_decide_from_the_host_not_from_a_staged_flag(role: str) -> None:
+    for path in (ROOT / "roles" / role).rglob("*"):
+        if path.is_file():
+            assert "gpucluster_staged" not in path.read_text(errors="replace"), path
+
+
+@pytest.mark.parametrize("role", ["nvidia_gpu", "amd_gpu", "rdma"])
+def test_a_source_is_asked_before_it_is_written(role: str) -> None:
+    """An unreachable vendor source would break every later apt update: the role probes it first and
+    writes the source only inside the block that runs when every probe answered."""
+    name = "install.yml" if role != "rdma" else "ofed.yml"
+    tasks = _yaml(ROOT / "roles" / role / "tasks" / name)
+    probe = next(i for i, t in enumerate(tasks) if "ansible.builtin.uri" in t)
+    block = next(i for i, t in enumerate(tasks) if "block" in t)
+    assert probe < block
+    assert "length == 0" in str(tasks[block]["when"])
+    writes = [t for t in tasks[block]["block"] if "ansible.builtin.copy" in t and "sources" in str(t)]
+    assert writes, "the source file is written inside the guarded block"
+    assert not [t for t in tasks[:block] if "ansible.builtin.copy" in t and "sources" in str(t)]
+
+
+# ---------------------------------------------------------------- the filters
+
+
+def test_stand_in_device_files_are_told_from_their_numbers() -> None:
+    lines = ["/dev/nvidia0 character special file 1:3", "/dev/nvidia1 character special file c3:1",
+             "/dev/nvidia2 regular empty file 0:0"]
+    assert filters.device_files(lines) == {"devices": ["/dev/nvidia1"], "stand_ins": ["/dev/nvidia0"]}
+
+
+def test_probe_report() -> None:
+    ok = [{"item": "https://r.example/Release", "status": 200}]
+    assert filters.probe_report(ok) == ""
+    bad = [*ok, {"item": "https://m.example/x/Release", "status": -1,
+                 "msg": "Request failed: <urlopen error [Errno -3] Temporary failure in name resolution>"}]
+    assert filters.probe_report(bad) == ("repository not reachable: https://m.example/x/Release (Request failed: "
+                                         "<urlopen error [Errno -3] Temporary failure in name resolution>)")
+    assert filters.probe_report([{"item": "", "status": -1}]) == (
+        "repository not reachable: the node's apt sources name no Debian bookworm mirror")
+
+
+def test_debian_mirror_from_a_nodes_sources() -> None:
+    deb822 = ("Types: deb\nURIs: http://mirror.site.example/debian\nSuites: bookworm bookworm-updates\n"
+              "Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
+    one_line = "deb [arch=amd64] http://old.site.example/debian bookworm main\n"
+    assert filters.debian_mirror({"/etc/apt/sources.list.d/debian.sources": deb822}) == \
+        "http://mirror.site.example/debian"
+    assert filters.debian_mirror({"/etc/apt/sources.list": one_line}) == "http://old.site.example/debian"
+    assert filters.debian_mirror({"/etc/apt/sources.list": "# nothing\n"}) == ""
+
+
+def test_library_skip_says_which_of_the_three_is_missing() -> None:
+    base = {"host": "gpu01", "vendor": "nvidia", "library": "NCCL", "pci_vendor": "0x10de", "gpus": 1,
+            "source_file": "/etc/apt/sources.list.d/gpucluster-nvidia.sources", "source_exists": True,
+            "skip_dir": "/var/lib/gpucluster/skipped", "stack": {"source": "cuda-repo", "pins": {"collective": {}}}}
+    assert filters.library_skip(base) == ""
+    assert filters.library_skip({**base, "gpus": 0}).startswith("no NVIDIA GPU on gpu01 (PCI scan")
+    assert "the GPU role skipped the driver, see /var/lib/gpucluster/skipped/nvidia_gpu" in filters.library_skip(
+        {**base, "source_exists": False})
+    assert filters.library_skip({**base, "stack": {"source": "debian", "pins": {}}}).startswith(
+        "the version lock has no NCCL for source debian")
+
+
+def test_pinned_takes_only_the_roles_parts() -> None:
+    stack = {"pins": {"driver": {"packages": ["a", "b"], "version": "1"}, "collective": {"packages": ["c"],
+                                                                                          "version": "2"}}}
+    assert filters.pinned(stack, ["driver", "dcgm"]) == {"a": "1", "b": "1"}
+
+
+def test_health_filter_is_the_health_package(tmp_path: Path) -> None:
+    """The role's health data is what gpucluster.render.health compiled (never the spec parsed again)."""
+    from gpucluster.cluster import load_cluster
+    from gpucluster.compiled import compile_to
+
+    compile_to(load_cluster(example_path("staging")), tmp_path / "state")
+    data = filters.health(str(tmp_path / "state"))
+    assert set(data) == {"enabled", "paths", "scripts_dir", "scripts", "wrapper", "configs", "units", "slurm_conf",
+                         "active"}
+    assert list(data["configs"]) == ["gpu"]
+    assert filters.driver_stack(str(tmp_path / "state"), "gpu")["group"] == "gpu"
+
+
+# ---------------------------------------------------------------- Ansible itself
+
+
+def _inventory(tmp_path: Path) -> Path:
+    from gpucluster.cluster import load_cluster
+    from gpucluster.inventory import write_inventory
+
+    cluster = load_cluster(example_path("staging"))
+    return write_inventory(tmp_path, cluster, extra_vars={
+        "gpucluster_spec": str(example_path("staging")), "gpucluster_state_dir": str(tmp_path / "state"),
+        "gpucluster_secrets_dir": str(tmp_path / "state" / "secrets")})
+
+
+@pytest.mark.parametrize("playbook", ["hardware.yml", "health.yml"])
+def test_playbook_syntax(tmp_path: Path, playbook: str) -> None:
+    exe = Path(sys.executable).parent / "ansible-playbook"
+    if not exe.exists():
+        pytest.skip("ansible-playbook is not installed here (pip install -e '.[ops]')")
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
+    res = subprocess.run([str(exe), "-i", str(_inventory(tmp_path)), f"playbooks/{playbook}", "--syntax-check"],
+                         cwd=ROOT, capture_output=True, text=True, env=env, check=False)
+    assert res.returncode == 0, res.stderr + res.stdout
+
+
+def test_health_playbook_tags_the_role() -> None:
+    play = next(p for p in _yaml(ROOT / "playbooks" / "health.yml") if "roles" in p)
+    assert set(play["hosts"].split(":")) == {"slurm_compute", "slurm_controller"}
+    assert play["roles"][0] == {"role": "slurm_health", "tags": ["slurm", "health"]}
+
+
+def test_ansible_lint_production_profile() -> None:
+    exe = Path(sys.executable).parent / "ansible-lint"
+    if not exe.exists():
+        if os.environ.get("CI"):
+            pytest.fail("ansible-lint is not installed (pip install -e '.[dev]'); CI runs it")
+        pytest.skip("ansible-lint is not installed (pip install -e '.[dev]')")
+    targets = [f"roles/{r}" for r in ROLES] + ["playbooks/hardware.yml", "playbooks/health.yml"]
+    res = subprocess.run([str(exe), "--profile", "production", "--offline", "--nocolor", *targets], cwd=ROOT,
+                         capture_output=True, text=True, timeout=1800, check=False)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    assert not re.search(r"^\S+:\d+", res.stdout, re.M)
