@@ -78,12 +78,12 @@ def cmd_render(args: argparse.Namespace) -> int:
     from gpucluster.render import render_all, write_outputs
 
     t0 = time.perf_counter()
-    cluster = load_cluster(args.spec)
+    cluster = load_cluster(args.spec, slurm_version=args.slurm_version)
     sizes = write_outputs(render_all(cluster, cabling=not args.no_cabling), Path(args.output))
     took = time.perf_counter() - t0
     for name, size in sizes.items():
         print(f"  {args.output.rstrip('/')}/{name}  {size:,} bytes")
-    print(f"rendered {len(sizes)} files for {cluster.name} in {took:.2f} s")
+    print(f"rendered {len(sizes)} files for {cluster.name} (Slurm {cluster.spec.slurm.version}) in {took:.2f} s")
     return 0
 
 
@@ -103,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec")
     p.add_argument("-o", "--output", required=True, help="output folder (files are replaced atomically)")
     p.add_argument("--no-cabling", action="store_true", help="skip the per-port cabling map")
+    p.add_argument("--slurm-version", metavar="V", help="render for this Slurm release instead of the spec's "
+                                                         "slurm.version (22.05 .. 26.05), e.g. to diff an upgrade")
     p.set_defaults(func=cmd_render)
     for name in PLUGINS:
         try:

@@ -1,12 +1,23 @@
-"""Slurm's view of the fabric: the plan's units and pods translated into topology/tree switches or
-topology/block blocks. The plan itself stays neutral (NVIDIA Topograph keeps its topology model apart
-from its translators the same way)."""
+"""Slurm's view of the fabric: the plan's units and pods translated into topology/tree switches,
+topology/block blocks, or the named topologies of topology.yaml. The plan itself stays neutral (NVIDIA
+Topograph keeps its topology model apart from its translators the same way).
+
+Which syntax a release takes (BlockSizes from 24.05, topology.yaml from 25.05, blocks smaller than the
+base size from 25.05) is read from the version table, spec/slurm_versions.py.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from itertools import pairwise
 
-from gpucluster.fabric import Plan
+from gpucluster.fabric import Plan, Unit
+from gpucluster.spec.model import ClusterSpec
+from gpucluster.spec.slurm_versions import has
+
+MAX_BLOCK_LEVEL = 15  # Slurm's block plugin: each BlockSize is base * 2^k with k <= 15
+KINDS = {"tree": "tree", "block": "block", "none": "flat"}  # spec word -> topology.yaml type
 
 
 @dataclass(frozen=True)
@@ -32,10 +43,88 @@ def slurm_switches(plan: Plan) -> list[SlurmSwitch]:
     return [*leaves, SlurmSwitch(plan.root_name, 1, switches=tuple(u.name for u in plan.units))]
 
 
-def blocks(plan: Plan) -> dict:
-    """topology/block: a block per unit; aggregate sizes up to a pod (BlockSizes needs 24.05+)."""
-    base = min(u.count for u in plan.units)
+@dataclass(frozen=True)
+class Blocks:
+    """topology/block: a block per unit, and the block sizes Slurm may aggregate them into."""
+
+    units: tuple[Unit, ...]
+    sizes: tuple[int, ...]
+
+
+def block_sizes(plan: Plan, version: str) -> tuple[int, ...]:
+    """The base block size, then every power-of-two multiple up to the units of one pod (a larger
+    block would span the oversubscribed tier above the pod). The base is a unit's node count; before
+    25.05 every block had to hold a whole base block, so a partial last unit sets it instead."""
+    full = max(u.count for u in plan.units)
+    base = full if has(version, "block-below-base") else min(u.count for u in plan.units)
+    per_pod = max(1, min(plan.units_per_pod, len(plan.units)))
+    top = base * per_pod
     sizes = [base]
-    while sizes[-1] * 2 <= base * plan.units_per_pod and len(sizes) < 8:
+    while sizes[-1] * 2 <= top and len(sizes) < 8:
         sizes.append(sizes[-1] * 2)
-    return {"units": plan.units, "sizes": ",".join(map(str, sizes))}
+    return tuple(sizes)
+
+
+def block_sizes_problem(sizes: tuple[int, ...], block_nodes: list[int], version: str) -> str | None:
+    """Why Slurm would refuse these BlockSizes for blocks of these node counts; None when it takes them.
+    topology.conf has refused such sizes since 24.05 ("Invalid BlockSizes value"); topology.yaml only
+    from 26.05, which is why gpucluster checks them itself for every release."""
+    if not sizes or min(sizes) <= 0:
+        return "BlockSizes must be positive"
+    base = sizes[0]
+    for prev, size in pairwise(sizes):
+        if size <= prev:
+            return f"BlockSizes must grow: {size} follows {prev}"
+    for size in sizes:
+        level = size / base
+        if size % base or level != 2 ** round(math.log2(level)) or math.log2(level) > MAX_BLOCK_LEVEL:
+            return f"{size} is not the base size {base} times a power of two up to 2^{MAX_BLOCK_LEVEL}"
+    if not has(version, "block-below-base") and min(block_nodes) < base:
+        return f"a block of {min(block_nodes)} nodes is smaller than the base size {base} (allowed from 25.05)"
+    return None
+
+
+def blocks(plan: Plan, version: str) -> Blocks:
+    found = Blocks(tuple(plan.units), block_sizes(plan, version))
+    problem = block_sizes_problem(found.sizes, [u.count for u in plan.units], version)
+    if problem:  # a bug in block_sizes, never the user's input: the spec cannot choose sizes
+        raise AssertionError(f"rendered BlockSizes {found.sizes} would be refused: {problem}")
+    return found
+
+
+@dataclass(frozen=True)
+class NamedTopology:
+    """One entry of topology.yaml: a whole-fabric topology of one kind (tree, block or flat)."""
+
+    name: str
+    kind: str
+    default: bool
+    switches: tuple[SlurmSwitch, ...] = ()
+    blocks: Blocks | None = None
+
+
+def partition_kinds(spec: ClusterSpec) -> dict[str, str]:
+    """Partition name -> the topology type its jobs are placed with (its own, else slurm.topology)."""
+    return {p.name: KINDS[p.topology or spec.slurm.topology] for p in spec.slurm.partitions}
+
+
+def named_topologies(spec: ClusterSpec, plan: Plan, version: str) -> list[NamedTopology]:
+    """topology.yaml (25.05+): one topology per design the partitions use, each over the whole fabric;
+    the cluster's own (slurm.topology) first and cluster_default. Named by type: a partition's Topology=
+    then reads as its placement model. Every topology spans every fabric node, so slurmctld never warns
+    that a topology lacks nodes (it would for one cut down to a partition: 'Blocks lack access to N
+    nodes'). Empty when nothing but flat placement is asked for."""
+    kinds = [KINDS[spec.slurm.topology]]
+    for kind in partition_kinds(spec).values():
+        if kind not in kinds:
+            kinds.append(kind)
+    if kinds == ["flat"]:
+        return []
+    out = []
+    for i, kind in enumerate(kinds):
+        out.append(NamedTopology(
+            kind, kind, i == 0,
+            switches=tuple(slurm_switches(plan)) if kind == "tree" else (),
+            blocks=blocks(plan, version) if kind == "block" else None,
+        ))
+    return out

@@ -93,6 +93,9 @@ class Partition(Strict):
     max_time: str = Field(default="INFINITE", pattern=r"^(INFINITE|UNLIMITED|(\d+-)?\d+(:\d\d){0,2})$")
     max_nodes: int | None = Field(default=None, ge=1)
     priority_tier: int = Field(default=1, ge=0, le=65533)
+    topology: Literal["tree", "block", "none"] | None = Field(
+        default=None, description="this partition's own topology (Slurm 25.05+, topology.yaml); default slurm.topology",
+    )
 
 
 NODE_PATH = r"^/[A-Za-z0-9._/-]+$"
@@ -123,7 +126,8 @@ class HealthCheck(Strict):
 
 
 class Slurm(Strict):
-    version: str = Field(default="22.05", pattern=r"^\d{2}\.\d{2}$")
+    version: str = Field(default="22.05", pattern=r"^\d{2}\.\d{2}$",
+                         description="the Slurm release to render for: 22.05 .. 26.05 (spec/slurm_versions.py)")
     topology: Literal["tree", "block", "none"] = "tree"
     accounting: bool = True
     profile: Literal["production", "staging"] = Field(
