@@ -58,12 +58,15 @@ class SlurmConfigError(SlurmStartError):
 # one), so the harness treats them as fatal unless strict=False.
 CONFIG_ERROR_PATTERNS = (
     "Invalid hostnames in switch configuration",  # unknown node in topology.conf
-    "switches lack access to",  # a node under no leaf
+    "lack access to",  # a node under no leaf ("switches lack access", 26.05: "Blocks lack access")
     "Multiple leaf switches contain nodes",  # a node under two leaves
     "lookup failure for node",
     "fix your gres.conf",
     "Parse error",
     "Invalid GRES",
+    "is defunct",  # 24.11+: a key that does nothing any more ("The option X is defunct")
+    "Invalid ReconfigFlag",
+    "Invalid HealthCheckNodeState",  # an unknown state is ignored, the check runs in others
 )
 
 
@@ -105,6 +108,24 @@ def parse_kv_line(line: str) -> dict[str, str]:
         if "=" in tok:
             k, v = tok.split("=", 1)
             out[k] = v.strip()
+    return out
+
+
+def parse_show_blocks(text: str) -> dict[str, dict]:
+    """``scontrol show topology`` of topology/block -> name -> {nodes, size, aggregated}; base blocks are
+    BlockName lines, the blocks Slurm built from BlockSizes are AggregatedBlock lines."""
+    out: dict[str, dict] = {}
+    for line in text.splitlines():
+        raw = parse_kv_line(line)
+        name = raw.get("BlockName") or raw.get("AggregatedBlock")
+        if name is None:
+            continue
+        nodes = raw.get("Nodes", "")
+        out[name] = {
+            "nodes": set(hostlist.expand_hostlist(nodes)) if nodes and nodes != "(null)" else set(),
+            "size": int(raw.get("BlockSize", 0) or 0),
+            "aggregated": "AggregatedBlock" in raw,
+        }
     return out
 
 
@@ -431,9 +452,23 @@ class SlurmCluster:
     def scontrol(self, *args: str) -> str:
         return self.run(["scontrol", *args], check=True).stdout
 
-    def topology(self) -> Topology:
-        """What slurmctld understood of topology.conf: name -> {level, nodes, switches, linkspeed}."""
-        return parse_show_topology(self.scontrol("show", "topology"))
+    def topology(self, name: str | None = None) -> Topology:
+        """What slurmctld understood of a tree topology: name -> {level, nodes, switches, linkspeed}.
+        name: one topology of topology.yaml (25.05+); None: the cluster default (or topology.conf's)."""
+        return parse_show_topology(self.scontrol("show", "topology", *([name] if name else [])))
+
+    def blocks(self, name: str | None = None) -> dict[str, dict]:
+        """What slurmctld understood of a block topology: block -> {nodes, size, aggregated}."""
+        return parse_show_blocks(self.scontrol("show", "topology", *([name] if name else [])))
+
+    def partitions(self) -> dict[str, dict[str, str]]:
+        """``scontrol show partition -o``: name -> raw fields (Nodes, Topology on 25.05+, ...)."""
+        out = {}
+        for line in self.scontrol("show", "partition", "-o").splitlines():
+            raw = parse_kv_line(line)
+            if "PartitionName" in raw:
+                out[raw["PartitionName"]] = raw
+        return out
 
     def nodes(self, *, future: bool = False) -> dict[str, dict]:
         """``scontrol show node -o`` parsed: name -> fields (state, gres, cpus, memory, ...)."""

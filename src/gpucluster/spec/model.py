@@ -118,16 +118,28 @@ def _conf_value(value: object) -> str:
 ConfValue = Annotated[str, BeforeValidator(_conf_value)]
 
 
+def _release(value: object) -> object:
+    """An unquoted `version: 24.11` reaches here as the float 24.11; a release is written with two digits
+    after the dot, so that float means "24.11". Which releases exist is a rule of meaning (spec/versions.py),
+    so the error lists them."""
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return value
+
+
 class HealthCheck(Strict):
     program: str = Field(pattern=NODE_PATH, description="HealthCheckProgram: a path on the compute nodes")
     interval: int = Field(default=300, ge=1, le=86400, description="HealthCheckInterval in seconds")
-    node_state: str = Field(default="ANY", pattern=r"^(ALLOC|ANY|CYCLE|IDLE|MIXED|NONDRAINED_IDLE)(,[A-Z_]+)*$",
+    node_state: str = Field(default="ANY",
+                            pattern=r"^(ALLOC|ANY|CYCLE|IDLE|MIXED|NONDRAINED_IDLE|START_ONLY|REBOOT_ONLY)(,[A-Z_]+)*$",
                             description="HealthCheckNodeState")
 
 
 class Slurm(Strict):
-    version: str = Field(default="22.05", pattern=r"^\d{2}\.\d{2}$",
-                         description="the Slurm release to render for: 22.05 .. 26.05 (spec/slurm_versions.py)")
+    version: Annotated[str, BeforeValidator(_release)] = Field(
+        default="22.05", max_length=16,
+        description="the Slurm release to render for: 22.05 .. 26.05 (spec/slurm_versions.py, checked with meaning)",
+    )
     topology: Literal["tree", "block", "none"] = "tree"
     accounting: bool = True
     profile: Literal["production", "staging"] = Field(

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gpucluster.errors import Finding
+from gpucluster.errors import Finding, did_you_mean
 from gpucluster.spec.model import ClusterSpec
 from gpucluster.spec.slurm_versions import RELEASES, Change, changes_for, feature, is_release, version_tuple
 
 RULE = "slurm-version"
+HEALTH_CHECK_STATES = ("ALLOC", "ANY", "CYCLE", "IDLE", "MIXED")  # every release; later ones are FEATURES
+HEALTH_CHECK_FEATURES = ("hc-nondrained-idle", "hc-start-only", "hc-reboot-only")
 
 
 def version_rules(spec: ClusterSpec) -> Iterator[Finding]:
@@ -70,7 +72,13 @@ def _health_check(spec: ClusterSpec, version: str) -> Iterator[Finding]:
         return
     at = ("slurm", "health_check", "node_state")
     flags = [f.strip().upper() for f in hc.node_state.split(",") if f.strip()]
-    for name in ("hc-nondrained-idle", "hc-start-only", "hc-reboot-only"):
+    known = set(HEALTH_CHECK_STATES) | {feature(n).value for n in HEALTH_CHECK_FEATURES}
+    for flag in flags:
+        if flag not in known:
+            # 22.05 .. 26.05 only log "Invalid HealthCheckNodeState value X ignored" and run the check anyway
+            yield Finding(at, f"'{flag}' is not a HealthCheckNodeState", did_you_mean(flag, known)
+                          or f"use {', '.join(sorted(known))}", RULE)
+    for name in HEALTH_CHECK_FEATURES:
         change = feature(name)
         if change.value and change.value.upper() in flags:
             yield from _gate(at, change, version, f"node_state {change.value}")
