@@ -218,9 +218,6 @@ PARAMETERS: tuple[Change, ...] = (
            + ": 'The option \"" + k + "\" is defunct'")
       for k, ex in (("ExtSensorsType", "ext_sensors/none"), ("ExtSensorsFreq", "10"), ("PowerPlugin", "power/none"),
                     ("PowerParameters", "balance_interval=60"), ("CoreSpecPlugin", "core_spec/none"))),
-    _key("SlurmctldPlugstack", removed="24.11", exact=False, replacement="remove it", example="/etc/slurm/x.conf",
-         source=MAN.format("slurm.conf", "22.05.8") + " documents it; " + MEASURED.format("24.11.5")
-         + ": unrecognized key"),
     # --- 24.11
     _key("DataParserParameters", added="24.11", example="v0.0.42",
          source=CHANGELOG.format("24.11") + ": 'Add DataParserParameters slurm.conf parameter'; "
@@ -270,7 +267,8 @@ PARAMETERS: tuple[Change, ...] = (
     _key("JobContainerType", deprecated="25.11", replacement="use NamespaceType=namespace/tmpfs",
          example="job_container/tmpfs",
          source=CHANGELOG.format("25.11") + ": 'Change job_container/tmpfs plugin to be named namespace/tmpfs'; "
-         "absent from " + MAN.format("slurm.conf", "26.05.5") + " (26.05.5 still reads it)"),
+         + MEASURED.format("26.05.5") + ": 'JobContainerType has been replaced with NamespaceType and will be "
+         "removed in a future release'"),
     _flag("DebugFlags", "Namespace", added="25.11",
           source=CHANGELOG.format("25.11") + ": 'Rename DebugFlags=JobContainer to DebugFlags=Namespace'; "
           + MEASURED.format("24.11.5") + ": 'Invalid DebugFlag'"),
