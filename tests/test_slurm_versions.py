@@ -392,3 +392,38 @@ def test_cli_render_refuses_an_unknown_slurm_version_and_writes_nothing(capsys, 
     err = capsys.readouterr().err
     assert rc == 2 and "staging.yaml:" in err and "slurm.version: Slurm 27.05 is not a release" in err
     assert "Traceback" not in err and not (tmp_path / "out").exists()
+
+
+# ---- a coarser logical tree where the fabric below it is non-blocking ------------------------------
+
+def test_merged_leaves_keep_every_node_once_within_pods():
+    data = example_data("meta-24k-roce")
+    data["slurm"]["tree_merge_leaves"] = 4
+    cluster = compiled(spec_from_data(data))
+    plan = cluster.plan
+    switches = slurm_switches(plan)
+    leaves = [s for s in switches if s.level == 0]
+    assert len(leaves) == len(plan.units) // 4 and len(switches) == len(leaves) + plan.pods + 1
+    seen = [n for s in leaves for n in hostlist.expand_hostlist(",".join(s.nodes))]
+    assert sorted(seen) == sorted(h for g in cluster.spec.groups_with_role("compute") for h in g.hosts)
+    pod_of = {u.name: u.pod for u in plan.units}
+    unit_of_host = {h: u.name for h, u in plan.unit_of_host.items()}
+    for s in leaves:
+        assert len({pod_of[unit_of_host[h]] for h in hostlist.expand_hostlist(",".join(s.nodes))}) == 1
+
+
+def test_merging_leaves_behind_oversubscribed_uplinks_is_refused():
+    data = example_data("meta-24k-roce")
+    data["slurm"]["tree_merge_leaves"] = 4
+    data["fabric"]["oversubscription"]["leaf"] = "3:1"
+    found = [f for f in check_meaning(LoadedSpec(spec=spec_from_data(data), source="x", lines={}))
+             if f.field == "slurm.tree_merge_leaves"]
+    assert [f.level for f in found] == ["error"] and "3:1" in found[0].message
+
+
+def test_merging_leaves_without_a_tree_is_refused():
+    data = example_data("meta-24k-roce")
+    data["slurm"].update(tree_merge_leaves=4, topology="block", version="24.11")
+    found = [f for f in check_meaning(LoadedSpec(spec=spec_from_data(data), source="x", lines={}))
+             if f.field == "slurm.tree_merge_leaves"]
+    assert [f.level for f in found] == ["error"]

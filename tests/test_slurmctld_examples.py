@@ -47,11 +47,13 @@ class Case:
     line: str  # the slurmctld that reads the files
     render: str  # the release the files are rendered for
     kind: str  # tree | block
+    merge: int = 1  # slurm.tree_merge_leaves
 
     @property
     def id(self) -> str:
         extra = "" if self.render == self.line else f"-render{self.render}"
-        return f"{self.example}-{self.line}{extra}-{self.kind}"
+        merged = f"-merge{self.merge}" if self.merge > 1 else ""
+        return f"{self.example}-{self.line}{extra}-{self.kind}{merged}"
 
 
 def cases() -> list[Case]:
@@ -63,6 +65,8 @@ def cases() -> list[Case]:
     # renders for releases between the lines, on the line above them
     out += [Case("staging", "24.11", "23.11", "block"), Case("staging", "26.05", "25.05", "tree"),
             Case("staging", "26.05", "25.11", "block")]
+    # the coarser logical tree (4 rack leaves of a non-blocking pod per logical leaf), on every line
+    out += [Case("meta-24k-roce", line, line, "tree", merge=4) for line in ("22.05", "24.11", "26.05")]
     return out
 
 
@@ -86,11 +90,11 @@ class Running:
 def compile_case(case: Case) -> Cluster:
     """The example at the case's release; block cases switch the topology in memory (the spec on disk
     says tree)."""
-    if case.kind == "tree":
+    if case.kind == "tree" and case.merge == 1:
         return load_cluster(example_path(case.example), slurm_version=case.render)
     data = example_data(case.example)
-    data["slurm"].update(version=case.render, topology="block")
-    return compiled(spec_from_data(data), f"{case.example}.yaml (topology: block)")
+    data["slurm"].update(version=case.render, topology=case.kind, tree_merge_leaves=case.merge)
+    return compiled(spec_from_data(data), f"{case.example}.yaml (topology: {case.kind}, merge {case.merge})")
 
 
 def need(case: Case) -> None:

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from itertools import pairwise
 
+import hostlist
+
 from gpucluster.fabric import Plan, Unit
 from gpucluster.spec.model import ClusterSpec
 from gpucluster.spec.slurm_versions import has
@@ -28,19 +30,43 @@ class SlurmSwitch:
     switches: tuple[str, ...] = ()
 
 
+def logical_leaves(plan: Plan) -> list[tuple[Unit, ...]]:
+    """The units each logical leaf of topology/tree stands for: one unit each, or with
+    slurm.tree_merge_leaves = k, k consecutive units of one pod and one node group (spec/slurm_topology.py
+    allows it only where the leaf tier is non-blocking)."""
+    k = plan.spec.slurm.tree_merge_leaves
+    out: list[list[Unit]] = []
+    for u in plan.units:
+        last = out[-1] if out else None
+        if last and len(last) < k and last[0].pod == u.pod and last[0].group == u.group:
+            last.append(u)
+        else:
+            out.append([u])
+    return [tuple(g) for g in out]
+
+
+def _hostlist(plan: Plan, units: tuple[Unit, ...]) -> str:
+    """One hostlist for consecutive units of one group (their nodes are one range)."""
+    if len(units) == 1:
+        return plan.unit_hostlist(units[0])
+    return hostlist.collect_hostlist([h for u in units for h in hostlist.expand_hostlist(plan.unit_hostlist(u))])
+
+
 def slurm_switches(plan: Plan) -> list[SlurmSwitch]:
     """topology/tree: a logical leaf per unit (a scalable unit's rail leaves together, so no node sits
-    under two leaves), a switch per pod (3 tiers), one root. Leaves first, then each level above."""
-    leaves = [SlurmSwitch(u.name, 0, nodes=(plan.unit_hostlist(u),)) for u in plan.units]
+    under two leaves) or per group of merged units, named after its first unit; a switch per pod
+    (3 tiers), one root. Leaves first, then each level above."""
+    groups = logical_leaves(plan)
+    leaves = [SlurmSwitch(g[0].name, 0, nodes=(_hostlist(plan, g),)) for g in groups]
     if plan.tiers == 3:
         pods = []
         for p in range(plan.pods):
-            members = tuple(u.name for u in plan.units if u.pod == p)
+            members = tuple(g[0].name for g in groups if g[0].pod == p)
             if members:
                 pods.append(SlurmSwitch(f"pod{p + 1:03d}", 1, switches=members))
         root = SlurmSwitch(plan.root_name, 2, switches=tuple(s.name for s in pods))
         return [*leaves, *pods, root]
-    return [*leaves, SlurmSwitch(plan.root_name, 1, switches=tuple(u.name for u in plan.units))]
+    return [*leaves, SlurmSwitch(plan.root_name, 1, switches=tuple(s.name for s in leaves))]
 
 
 @dataclass(frozen=True)

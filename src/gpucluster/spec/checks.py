@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from gpucluster.errors import Finding, did_you_mean
 from gpucluster.spec.model import ClusterSpec
+from gpucluster.spec.slurm_topology import tree_rules
 from gpucluster.spec.versions import version_rules
 
 RESERVED_MOUNTS = ("/", "/etc", "/usr", "/bin", "/sbin", "/lib", "/proc", "/sys", "/dev", "/boot", "/run",
@@ -24,6 +25,7 @@ def _rules(spec: ClusterSpec) -> Iterator[Finding]:
     yield from _partitions(spec)
     yield from _slurm(spec)
     yield from version_rules(spec)
+    yield from tree_rules(spec)
     yield from _parameters(spec)
     yield from _fabric(spec)
     yield from _storage(spec)

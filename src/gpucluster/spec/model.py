@@ -150,6 +150,11 @@ class Slurm(Strict):
     prolog: str | None = Field(default=None, pattern=NODE_PATH, description="Prolog: a path on the compute nodes")
     epilog: str | None = Field(default=None, pattern=NODE_PATH, description="Epilog: a path on the compute nodes")
     health_check: HealthCheck | None = None
+    tree_merge_leaves: int = Field(
+        default=1, ge=1, le=4096,
+        description="topology/tree: consecutive leaves (units) of one pod listed as one logical leaf; only "
+                    "where the leaf tier is non-blocking. Fewer switches: slurmctld's tree cost grows with their cube",
+    )
     parameters: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9]*$", max_length=64)],
                      ConfValue] = Field(
         default_factory=dict,
