@@ -427,3 +427,12 @@ def test_merging_leaves_without_a_tree_is_refused():
     found = [f for f in check_meaning(LoadedSpec(spec=spec_from_data(data), source="x", lines={}))
              if f.field == "slurm.tree_merge_leaves"]
     assert [f.level for f in found] == ["error"]
+
+
+def test_the_docs_list_every_entry_of_the_table():
+    """docs/slurm-versions.md names every setting of the table, so the two cannot drift apart."""
+    from conftest import ROOT
+
+    doc = (ROOT / "docs" / "slurm-versions.md").read_text()
+    assert not [c.setting for c in CHANGES if f"`{c.setting}`" not in doc]
+    assert all(r in doc for r in RELEASES)

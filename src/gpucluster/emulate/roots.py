@@ -264,3 +264,22 @@ def _remove(path: Path) -> None:
     if inside:
         raise RootError(f"{path}: not removed, still mounted: {', '.join(inside)}")
     shutil.rmtree(path, ignore_errors=True)
+
+
+def main() -> int:
+    """Build (once) and check every line's Slurm: what scripts/setup.sh runs so tests find them cached."""
+    failed = 0
+    for line, suite in LINES.items():
+        try:
+            rt = runtime(line, log=lambda m: print(m, flush=True))
+        except (RootError, OSError) as exc:
+            print(f"slurm roots: {line}: {exc}", flush=True)
+            failed += 1
+            continue
+        where = "the host's packages" if suite is None else f"Debian {suite} root {rt.root}"
+        print(f"slurm roots: {line}: slurmctld {rt.version()} from {where}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
