@@ -23,7 +23,7 @@ import pytest
 from conftest import compiled, example_data, skip_or_fail, slurmctld_available, spec_from_data
 
 from gpucluster.cluster import check_meaning
-from gpucluster.emulate.roots import LINES
+from gpucluster.emulate.roots import LINES, RootError, runtime
 from gpucluster.render import render_all, write_outputs
 from gpucluster.spec.model import LoadedSpec
 from gpucluster.spec.slurm_versions import FEATURES, PARAMETERS, Change
@@ -37,6 +37,10 @@ def need(line: str) -> None:
             skip_or_fail("slurmctld/munged/scontrol not installed (apt-get install slurmctld slurm-client munge)")
     elif os.geteuid() != 0:
         skip_or_fail(f"Slurm {line} runs from a Debian root through chroot, which needs root")
+    try:
+        runtime(line)  # builds the line's Debian root once (cached), or says why it cannot
+    except RootError as exc:
+        skip_or_fail(f"Slurm {line}: {exc}")
 
 
 def is_flag(c: Change) -> bool:

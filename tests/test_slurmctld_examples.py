@@ -31,6 +31,7 @@ import pytest
 from conftest import EXAMPLES, compiled, example_data, example_path, skip_or_fail, slurmctld_available, spec_from_data
 
 from gpucluster.cluster import Cluster, load_cluster
+from gpucluster.emulate.roots import RootError, runtime
 from gpucluster.render import render_all, write_outputs
 from gpucluster.render.topology import blocks, named_topologies, partition_kinds, slurm_switches
 from gpucluster.spec.slurm_versions import has
@@ -127,6 +128,10 @@ def run(case: Case, tmp_path_factory) -> Running:
     cluster = compile_case(case)
     out = tmp_path_factory.mktemp(case.id)
     write_outputs(render_all(cluster, cabling=False), out)
+    try:
+        runtime(case.line)  # builds the line's Debian root once (cached), or says why it cannot
+    except RootError as exc:
+        skip_or_fail(f"Slurm {case.line}: {exc}")
     t0 = time.monotonic()
     with SlurmCluster(out, start_timeout=START_TIMEOUT, line=case.line) as sc:
         ready = time.monotonic() - t0
