@@ -273,7 +273,11 @@ class SlurmCluster:
         else:
             self.workdir = Path(self._workdir_arg)
             self.workdir.mkdir(parents=True, exist_ok=True)
-        self.inner = self.runtime.inner_path(self.workdir)  # ValueError: a workdir outside the root
+        try:
+            self.inner = self.runtime.inner_path(self.workdir)
+        except ValueError:
+            raise SlurmStartError(f"{self.workdir}: Slurm {self.line} runs inside {self.runtime.root}; "
+                                  f"give a workdir under {self.runtime.tmp_base()} or none") from None
         # munged insists that every directory above its socket is searchable by all
         self.workdir.chmod(0o755)
         for sub in ("etc", "state", "spool", "log", "run", "dev"):
