@@ -38,7 +38,7 @@ Log = Callable[[str], None]
 LINES: dict[str, str | None] = {"22.05": None, "24.11": "trixie", "26.05": "sid"}
 PACKAGES = ("slurmctld", "slurm-client", "munge")
 # Bump when the build procedure changes in a way the recipe text does not show.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 3
 CACHE_ENV = "GPUCLUSTER_CACHE_DIR"
 
 # Run in a private mount namespace: mount /proc, bind the host's /etc/hosts (node and controller names
@@ -182,6 +182,7 @@ def recipe(suite: str) -> str:
         f"debootstrap --variant=minbase --include={','.join(PACKAGES)} {suite}",
         f"mirror {debian_mirror().uri}",
         "placeholder /etc/hosts (the host's is bound over it at run time)",
+        "no apt sources, package lists or bootstrap log kept",
     ])
 
 
@@ -236,6 +237,13 @@ def _build(suite: str, root: Path, log: Log) -> None:
             raise RootError(f"debootstrap {suite} failed with status {res.returncode}:\n"
                             + "\n".join((res.stdout + res.stderr).strip().splitlines()[-20:]))
         (work / "etc" / "hosts").touch()
+        # The root never runs apt: drop the sources, package lists and log debootstrap left (they name
+        # the mirror, which nothing here may keep).
+        (work / "etc" / "apt" / "sources.list").unlink(missing_ok=True)
+        (work / "var" / "log" / "bootstrap.log").unlink(missing_ok=True)
+        for leftover in [*(work / "var/lib/apt/lists").glob("*"), *(work / "var/cache/apt").glob("*.bin")]:
+            if leftover.is_file():
+                leftover.unlink()
         # Debian starts daemons at install only under systemd/init; a chroot has none. Nothing to stop.
         rt = Runtime(None, work)
         version = _reported_version(rt)
