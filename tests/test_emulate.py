@@ -69,6 +69,8 @@ MAY_CHANGE = {
     "AuthInfo", "AccountingStorageType", "AccountingStorageHost", "AccountingStoragePort",
     "AccountingStorageTRES", "ProctrackType", "TaskPlugin", "JobAcctGatherType", "SlurmdParameters",
     "PrologFlags",
+    # the node health checks' program lives on real nodes only (and would run once per emulated node)
+    "HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState",
 }  # fmt: skip
 
 

@@ -37,7 +37,17 @@ from gpucluster.render.topology import slurm_switches
 from gpucluster.spec.model import ClusterSpec
 
 # example -> include cabling.csv (2 MB for Meta: not kept). colossus-200k: several node groups (h100, h200).
-GOLDEN = {"staging": True, "meta-24k-roce": False, "colossus-200k": False}
+# example[@slurm version] -> with cabling.csv. Colossus 200k on 26.05 covers topology.yaml (25.05+): its
+# H100 and H200 partitions on their own named topologies.
+GOLDEN = {"staging": True, "meta-24k-roce": False, "colossus-200k": False, "colossus-200k@26.05": False}
+
+
+@cache
+def golden_cluster(name: str):
+    from gpucluster.cluster import load_cluster
+
+    example, _, version = name.partition("@")
+    return load_cluster(example_path(example), slurm_version=version or None) if version else cluster_example(name)
 
 
 def text_of(value) -> str:
@@ -50,7 +60,7 @@ def render_spec(spec: ClusterSpec, *, cabling: bool = False) -> dict[str, str]:
 
 @cache
 def rendered(name: str) -> dict[str, str]:
-    return {k: text_of(v) for k, v in render_all(cluster_example(name), cabling=GOLDEN.get(name, False)).items()}
+    return {k: text_of(v) for k, v in render_all(golden_cluster(name), cabling=GOLDEN.get(name, False)).items()}
 
 
 def records(text: str, kind: str) -> list[dict[str, str]]:
@@ -503,7 +513,7 @@ def test_every_template_is_rendered_for_the_golden_examples(monkeypatch):
 
     monkeypatch.setattr(env, "get_template", recording)
     for name in GOLDEN:
-        render_all(cluster_example(name), cabling=False)
+        render_all(golden_cluster(name), cabling=False)
     root = Path(templates_dir())
     # Rendered elsewhere on purpose, each with golden files of its own: the HTML plan (`plan --html`); the
     # driver stacks' sources and pins (per node, with the node's own Debian mirror; tests/golden/drivers per

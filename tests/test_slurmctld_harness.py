@@ -14,7 +14,7 @@ from pathlib import Path
 import hostlist
 import pytest
 
-from gpucluster.emulate import SlurmCluster, SlurmStartError
+from gpucluster.emulate import SlurmCluster, SlurmStartError, roots
 from gpucluster.emulate.procs import _exists
 from gpucluster.emulate.slurmconf import SlurmConf
 from gpucluster.emulate.topology import parse_topology_conf
@@ -207,3 +207,64 @@ def test_example_gres_as_specified(rendered_example) -> None:
         gtype = r.spec.parts.gpus[group.gpu].slurm_type
         for host in group.hosts:
             assert nodes[host]["gres"] == f"gpu:{gtype}:{group.gpus_per_node}", host
+
+
+# ------------------------------------------------------------------ Slurm lines from Debian roots
+
+
+def test_verifier_line_is_the_oldest_line_not_older_than_the_release() -> None:
+    from gpucluster.spec.slurm_versions import RELEASES
+
+    got = {r: roots.verifier_line(r) for r in RELEASES}
+    assert got == {"22.05": "22.05", "23.02": "24.11", "23.11": "24.11", "24.05": "24.11", "24.11": "24.11",
+                   "25.05": "26.05", "25.11": "26.05", "26.05": "26.05"}
+
+
+def test_an_unclaimed_line_is_refused() -> None:
+    with pytest.raises(roots.RootError, match=r"choose one of 22\.05, 24\.11, 26\.05"):
+        roots.runtime("23.11")
+
+
+def test_cache_dir_is_private_and_refused_when_someone_else_owns_it(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(roots.CACHE_ENV, str(tmp_path / "c"))
+    folder = roots.cache_dir()
+    assert folder == tmp_path / "c" / "slurm-roots"
+    assert (folder.stat().st_mode & 0o777) == 0o700 and folder.stat().st_uid == os.geteuid()
+    folder.chmod(0o777)
+    assert (roots.cache_dir().stat().st_mode & 0o777) == 0o700  # others' write access taken back
+    if os.geteuid() == 0:
+        os.chown(folder, 65534, 65534)
+        with pytest.raises(roots.RootError, match="not a folder owned by this user"):
+            roots.cache_dir()
+
+
+def test_the_recipe_hash_names_the_root_and_never_the_mirror(monkeypatch, tmp_path) -> None:
+    text = "gpucluster slurm root recipe v1\nmirror MIRROR-A"
+    name = roots.root_name("sid", text)
+    assert name.startswith("sid-") and "MIRROR" not in name
+    assert roots.root_name("sid", text.replace("A", "B")) != name  # another mirror, another root
+    assert roots.root_name("sid", text) == name
+
+
+ROOT_LINES = [line for line, suite in roots.LINES.items() if suite]
+
+
+@pytest.mark.parametrize("line", ROOT_LINES)
+def test_a_root_line_runs_and_leaves_nothing(conf_dir: Path, line: str) -> None:
+    """slurmctld of the line, through chroot: it answers, reports the line, and stopping it leaves no
+    process, no private dir inside the cached root, and no mount (they lived in a private namespace)."""
+    if os.geteuid() != 0:
+        if IN_CI:
+            pytest.fail("root lines need root (chroot, mount namespaces)")
+        pytest.skip("root lines need root (chroot, mount namespaces)")
+    with SlurmCluster(conf_dir, line=line) as c:
+        assert c.runtime.root is not None and c.workdir.is_relative_to(c.runtime.root)
+        assert " is UP" in c.run(["scontrol", "ping"]).stdout
+        assert c.runtime.version().startswith(line + ".")
+        assert c.topology() == parse_topology_conf((conf_dir / "topology.conf").read_text())
+        pids = [t.pid for t in c.tracker.procs]
+        workdir, root = c.workdir, c.runtime.root
+    assert not [p for p in pids if _exists(p)]
+    assert not workdir.exists()
+    mounts = Path("/proc/self/mounts").read_text()
+    assert str(root) not in mounts

@@ -143,7 +143,7 @@ def library_skip(facts: dict) -> str:
 def debian_mirror(texts: list[str] | dict[str, str]) -> str:
     """The first URI that serves bookworm in a node's apt sources (one-line or deb822 texts)."""
     _gpucluster()
-    from gpucluster.stage.aptsources import SUITE, _parse_deb822, _parse_one_line
+    from gpucluster.aptsources import SUITE, _parse_deb822, _parse_one_line
 
     items = texts.items() if isinstance(texts, dict) else ((str(i), t) for i, t in enumerate(texts or []))
     for name, text in items:

@@ -74,7 +74,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from gpucluster.report.terminal import Screen, print_render
 
     t0 = time.perf_counter()
-    cluster = load_cluster(args.spec)
+    cluster = load_cluster(args.spec, slurm_version=args.slurm_version)
     files = render_all(cluster, cabling=not args.no_cabling)
     with progress("cabling.csv", cabling_chunks(cluster.plan), unit="units and spines") as advance:
         rows = files.get("cabling.csv")
@@ -85,7 +85,8 @@ def cmd_render(args: argparse.Namespace) -> int:
                     advance()
             files["cabling.csv"] = counted
         sizes = write_outputs(files, Path(args.output))
-    print_render(Screen(rich=False if args.no_color else None), args.output, cluster.name, sizes,
+    print_render(Screen(rich=False if args.no_color else None), args.output,
+                 f"{cluster.name} (Slurm {cluster.spec.slurm.version})", sizes,
                  time.perf_counter() - t0)
     return 0
 
@@ -135,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output folder (files are replaced atomically)")
     p.add_argument("--no-cabling", action="store_true", help="skip the per-port cabling map")
     p.add_argument("--no-color", action="store_true", help="plain output even on a terminal (also: NO_COLOR=1)")
+    p.add_argument("--slurm-version", metavar="V", help="render for this Slurm release instead of the spec's "
+                                                         "slurm.version (22.05 .. 26.05), e.g. to diff an upgrade")
     p.set_defaults(func=cmd_render)
     for module in SUBCOMMANDS:
         module.register(sub)

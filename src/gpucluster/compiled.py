@@ -33,6 +33,8 @@ from gpucluster.render.topology import slurm_switches
 from gpucluster.spec import stacks
 
 COMPILED = "compiled"
+# What every Slurm host carries (topology.yaml replaces topology.conf from Slurm 25.05).
+SLURM_HOST_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf", "topology.yaml")
 FACTS_VERSION = 3  # 2: `files` (the rendered file each node group takes), storage settings; 3: health, drivers
 
 
@@ -95,8 +97,7 @@ def facts(cluster: Cluster, rendered: dict[str, str]) -> dict:
                   "profile_differences": profile_differences(cluster),
                   "dbd": {"host": cluster.dbd_host, **DBD} if cluster.dbd_host else None,
                   "accounting": spec.slurm.accounting, "nodes": nodes, "switches": switches,
-                  "files": sorted(n for n in rendered if n in ("slurm.conf", "gres.conf", "cgroup.conf",
-                                                               "topology.conf"))},
+                  "files": sorted(n for n in rendered if n in SLURM_HOST_FILES)},
         "health": health_facts(cluster),
         "drivers": stacks.driver_stacks(spec),
         "rendered": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in sorted(rendered.items())},

@@ -262,6 +262,18 @@ def check_file(path: str | Path) -> tuple[LoadedSpec, list[Finding]]:
     return loaded, check_meaning(loaded)
 
 
-def load_cluster(path: str | Path) -> Cluster:
-    """Read, check and plan a spec file: the one way into gpucluster. Raises SpecError."""
-    return cluster_of(load_spec(path))
+def with_slurm_version(loaded: LoadedSpec, version: str) -> LoadedSpec:
+    """The spec with slurm.version replaced, before any rule of meaning runs, so every version rule
+    judges the override; findings stay located at slurm.version in the file."""
+    spec = loaded.spec
+    slurm = spec.slurm.model_copy(update={"version": version})
+    return loaded.model_copy(update={"spec": spec.model_copy(update={"slurm": slurm})})
+
+
+def load_cluster(path: str | Path, *, slurm_version: str | None = None) -> Cluster:
+    """Read, check and plan a spec file: the one way into gpucluster. Raises SpecError.
+    slurm_version: render for this Slurm release instead of the spec's (an upgrade, diffed)."""
+    loaded = load_spec(path)
+    if slurm_version is not None:
+        loaded = with_slurm_version(loaded, slurm_version)
+    return cluster_of(loaded)

@@ -20,7 +20,7 @@ from gpucluster.errors import UsageError
 from gpucluster.inventory.writer import write_inventory_data
 from gpucluster.paths import pulumi_project
 
-SLURM_FILES = ("slurm.conf", "topology.conf", "gres.conf", "cgroup.conf")
+SLURM_FILES = ("slurm.conf", "topology.conf", "topology.yaml", "gres.conf", "cgroup.conf")
 INSTALL_HINT = ("install the Pulumi CLI (https://www.pulumi.com/docs/install/: curl -fsSL https://get.pulumi.com | sh, "
                 "or brew install pulumi/tap/pulumi) and log in to the stack's backend")
 

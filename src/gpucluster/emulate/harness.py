@@ -5,6 +5,10 @@ machine running as root needs (see :mod:`gpucluster.emulate.slurmconf`), starts 
 with a freshly generated key and slurmctld in the foreground, and optionally one ``slurmd -N NAME``
 per emulated node. Every process is tracked by PID and stopped on exit, on error, and at interpreter
 exit (:mod:`gpucluster.emulate.procs`).
+
+``line`` picks the Slurm major line that runs the config: the host's packages by default, or one of
+:data:`gpucluster.emulate.roots.LINES` (24.11 and 26.05 run inside cached Debian roots through
+chroot). The private dir then lies inside that root, and the daemons see it at its inner path.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from gpucluster.emulate.procs import (
     pss_kib,
     reset_peak_rss,
 )
+from gpucluster.emulate.roots import Runtime, runtime
 from gpucluster.emulate.slurmconf import Adaptation, Layout, adapt_gres_conf, adapt_slurm_conf
 from gpucluster.emulate.topology import Topology, parse_show_topology
 
@@ -53,12 +58,15 @@ class SlurmConfigError(SlurmStartError):
 # one), so the harness treats them as fatal unless strict=False.
 CONFIG_ERROR_PATTERNS = (
     "Invalid hostnames in switch configuration",  # unknown node in topology.conf
-    "switches lack access to",  # a node under no leaf
+    "lack access to",  # a node under no leaf ("switches lack access", 26.05: "Blocks lack access")
     "Multiple leaf switches contain nodes",  # a node under two leaves
     "lookup failure for node",
     "fix your gres.conf",
     "Parse error",
     "Invalid GRES",
+    "is defunct",  # 24.11+: a key that does nothing any more ("The option X is defunct")
+    "Invalid ReconfigFlag",
+    "Invalid HealthCheckNodeState",  # an unknown state is ignored, the check runs in others
 )
 
 
@@ -103,6 +111,24 @@ def parse_kv_line(line: str) -> dict[str, str]:
     return out
 
 
+def parse_show_blocks(text: str) -> dict[str, dict]:
+    """``scontrol show topology`` of topology/block -> name -> {nodes, size, aggregated}; base blocks are
+    BlockName lines, the blocks Slurm built from BlockSizes are AggregatedBlock lines."""
+    out: dict[str, dict] = {}
+    for line in text.splitlines():
+        raw = parse_kv_line(line)
+        name = raw.get("BlockName") or raw.get("AggregatedBlock")
+        if name is None:
+            continue
+        nodes = raw.get("Nodes", "")
+        out[name] = {
+            "nodes": set(hostlist.expand_hostlist(nodes)) if nodes and nodes != "(null)" else set(),
+            "size": int(raw.get("BlockSize", 0) or 0),
+            "aggregated": "AggregatedBlock" in raw,
+        }
+    return out
+
+
 def parse_show_nodes(text: str) -> dict[str, dict]:
     """``scontrol show node -o`` -> name -> raw fields plus typed state/gres/cpus/memory."""
     nodes: dict[str, dict] = {}
@@ -132,7 +158,8 @@ class SlurmCluster:
     ``slurmd_nodes``: nodes to run a ``slurmd -N`` for (None: controller only). ``absent_state``:
     State= given to config nodes that get no slurmd (``FUTURE``/``CLOUD``; None keeps them as
     rendered). ``overrides``: deliberate slurm.conf settings for an experiment (recorded apart
-    from the adaptations).
+    from the adaptations). ``line``: the Slurm major line to run ("22.05", "24.11", "26.05"; None:
+    whatever the host has).
     """
 
     def __init__(
@@ -147,8 +174,11 @@ class SlurmCluster:
         slurmd_batch: int = 16,
         keep: bool | None = None,
         strict: bool = True,
+        line: str | None = None,
     ) -> None:
         self.conf_dir = Path(conf_dir)
+        self.line = line
+        self.runtime = Runtime()
         self.slurmd_nodes = list(slurmd_nodes or [])
         self._own_workdir = workdir is None
         self._workdir_arg = workdir
@@ -168,6 +198,7 @@ class SlurmCluster:
         self.slurmd_ready_s: float | None = None  # first slurmd spawn -> all registered
         self.stop_notes: list[str] = []
         self.workdir = Path()
+        self.inner = PurePosixPath()  # the private dir as the daemons see it (inside a root: /tmp/...)
 
     # ----------------------------------------------------------------------------------- paths
     @property
@@ -179,6 +210,10 @@ class SlurmCluster:
         return self.etc / "slurm.conf"
 
     @property
+    def inner_conf(self) -> PurePosixPath:
+        return self.inner / "etc" / "slurm.conf"
+
+    @property
     def ctld_log(self) -> Path:
         return self.workdir / "log" / "slurmctld.log"
 
@@ -188,7 +223,7 @@ class SlurmCluster:
     @property
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-        env["SLURM_CONF"] = str(self.conf_path)
+        env["SLURM_CONF"] = str(self.inner_conf)
         return self.tracker.env(env)
 
     # --------------------------------------------------------------------------------- lifecycle
@@ -206,9 +241,12 @@ class SlurmCluster:
         self.stop()
 
     def start(self) -> None:
-        for tool in ("slurmctld", "scontrol", "munged"):
-            if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists():
-                raise SlurmStartError(f"{tool} not found: apt-get install slurmctld slurmd slurm-client munge")
+        if self.line is None:
+            for tool in ("slurmctld", "scontrol", "munged"):
+                if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists():
+                    raise SlurmStartError(f"{tool} not found: apt-get install slurmctld slurmd slurm-client munge")
+        else:
+            self.runtime = runtime(self.line)
         self._prepare_workdir()
         self._write_configs()
         self._start_munged()
@@ -231,10 +269,15 @@ class SlurmCluster:
 
     def _prepare_workdir(self) -> None:
         if self._workdir_arg is None:
-            self.workdir = Path(tempfile.mkdtemp(prefix="gpucluster-slurm-"))
+            self.workdir = Path(tempfile.mkdtemp(prefix="gpucluster-slurm-", dir=self.runtime.tmp_base()))
         else:
             self.workdir = Path(self._workdir_arg)
             self.workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.inner = self.runtime.inner_path(self.workdir)
+        except ValueError:
+            raise SlurmStartError(f"{self.workdir}: Slurm {self.line} runs inside {self.runtime.root}; "
+                                  f"give a workdir under {self.runtime.tmp_base()} or none") from None
         # munged insists that every directory above its socket is searchable by all
         self.workdir.chmod(0o755)
         for sub in ("etc", "state", "spool", "log", "run", "dev"):
@@ -253,11 +296,11 @@ class SlurmCluster:
         rng = random.Random()
         base = free_port_block(2 + n, rng=rng)
         layout = Layout(
-            workdir=PurePosixPath(self.workdir),
+            workdir=self.inner,
             hostname=socket.gethostname().split(".")[0],
             ctld_port=base,
             slurmd_port=base + 1,
-            munge_socket=PurePosixPath(self.workdir / "munge" / "munge.socket"),
+            munge_socket=self.inner / "munge" / "munge.socket",
             emulated=tuple(self.slurmd_nodes),
             node_port_base=base + 2,
             absent_state=self.absent_state,
@@ -269,11 +312,13 @@ class SlurmCluster:
         # slurmd reads gres.conf on emulated nodes; slurmctld reads it for CLOUD nodes (and refuses
         # AutoDetect there)
         if gres.exists() and (self.slurmd_nodes or (self.absent_state or "").upper() == "CLOUD"):
-            gtext, gnotes, stand_ins = adapt_gres_conf(gres.read_text(), PurePosixPath(self.workdir))
+            gtext, gnotes, stand_ins = adapt_gres_conf(gres.read_text(), self.inner)
             for p in stand_ins:
-                # slurmd wants a character device; /dev/null is one and is harmless to open
-                Path(p).parent.mkdir(parents=True, exist_ok=True)
-                Path(p).symlink_to("/dev/null")
+                # slurmd wants a character device; /dev/null is one and is harmless to open (inside a
+                # root the link resolves to the root's own /dev/null)
+                host = self.runtime.host_path(p)
+                host.parent.mkdir(parents=True, exist_ok=True)
+                host.symlink_to("/dev/null")
             gres.write_text(gtext)
             notes += gnotes
         self.adaptations = notes
@@ -288,17 +333,19 @@ class SlurmCluster:
             fh.write(os.urandom(128))
         sock = mdir / "munge.socket"
         log = self.workdir / "log" / "munged.log"
+        inner = self.inner / "munge"
         argv = [
-            _bin("munged"),
+            "munged",
             "--foreground",
-            f"--socket={sock}",
-            f"--key-file={key}",
-            f"--pid-file={mdir / 'munged.pid'}",
-            f"--log-file={log}",
-            f"--seed-file={mdir / 'key' / 'munged.seed'}",
+            f"--socket={inner / 'munge.socket'}",
+            f"--key-file={inner / 'key' / 'munge.key'}",
+            f"--pid-file={inner / 'munged.pid'}",
+            f"--log-file={self.inner / 'log' / 'munged.log'}",
+            f"--seed-file={inner / 'key' / 'munged.seed'}",
             "--num-threads=16",
         ]
-        self.munged = self.tracker.spawn("munged", argv, env=self.env, log=log, order=ORDER_MUNGED)
+        self.munged = self.tracker.spawn("munged", self.runtime.argv(argv), env=self.env, log=log,
+                                         order=ORDER_MUNGED)
         deadline = time.monotonic() + 15
         while not sock.exists():
             if self.munged.popen.poll() is not None or time.monotonic() > deadline:
@@ -307,7 +354,7 @@ class SlurmCluster:
 
     def _start_slurmctld(self) -> None:
         stderr_log = self.workdir / "log" / "slurmctld.stderr"
-        argv = [_bin("slurmctld"), "-D", "-f", str(self.conf_path)]
+        argv = self.runtime.argv(["slurmctld", "-D", "-f", str(self.inner_conf)])
         t0 = time.monotonic()
         self.ctld = self.tracker.spawn("slurmctld", argv, env=self.env, log=stderr_log, order=ORDER_SLURMCTLD)
         deadline = t0 + self.start_timeout
@@ -366,7 +413,7 @@ class SlurmCluster:
         for i in range(0, len(nodes), self.slurmd_batch):
             batch = nodes[i : i + self.slurmd_batch]
             for node in batch:
-                argv = [_bin("slurmd"), "-D", "-N", node, "-f", str(self.conf_path)]
+                argv = self.runtime.argv(["slurmd", "-D", "-N", node, "-f", str(self.inner_conf)])
                 self.slurmd[node] = self.tracker.spawn(
                     f"slurmd[{node}]", argv, env=self.env, log=err_log, order=ORDER_SLURMD
                 )
@@ -400,8 +447,8 @@ class SlurmCluster:
 
     # ----------------------------------------------------------------------------------- clients
     def run(self, cmd: Sequence[str], *, timeout: float = 120, check: bool = False) -> subprocess.CompletedProcess[str]:
-        """Run a Slurm client (sinfo, squeue, sbatch, ...) against this cluster."""
-        res = subprocess.run(list(cmd), env=self.env, capture_output=True, text=True, timeout=timeout)
+        """Run a Slurm client (sinfo, squeue, sbatch, ...) against this cluster, from its Slurm line."""
+        res = subprocess.run(self.runtime.argv(cmd), env=self.env, capture_output=True, text=True, timeout=timeout)
         if check and res.returncode != 0:
             raise SlurmCommandError(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr.strip()}")
         return res
@@ -409,9 +456,23 @@ class SlurmCluster:
     def scontrol(self, *args: str) -> str:
         return self.run(["scontrol", *args], check=True).stdout
 
-    def topology(self) -> Topology:
-        """What slurmctld understood of topology.conf: name -> {level, nodes, switches, linkspeed}."""
-        return parse_show_topology(self.scontrol("show", "topology"))
+    def topology(self, name: str | None = None) -> Topology:
+        """What slurmctld understood of a tree topology: name -> {level, nodes, switches, linkspeed}.
+        name: one topology of topology.yaml (25.05+); None: the cluster default (or topology.conf's)."""
+        return parse_show_topology(self.scontrol("show", "topology", *([name] if name else [])))
+
+    def blocks(self, name: str | None = None) -> dict[str, dict]:
+        """What slurmctld understood of a block topology: block -> {nodes, size, aggregated}."""
+        return parse_show_blocks(self.scontrol("show", "topology", *([name] if name else [])))
+
+    def partitions(self) -> dict[str, dict[str, str]]:
+        """``scontrol show partition -o``: name -> raw fields (Nodes, Topology on 25.05+, ...)."""
+        out = {}
+        for line in self.scontrol("show", "partition", "-o").splitlines():
+            raw = parse_kv_line(line)
+            if "PartitionName" in raw:
+                out[raw["PartitionName"]] = raw
+        return out
 
     def nodes(self, *, future: bool = False) -> dict[str, dict]:
         """``scontrol show node -o`` parsed: name -> fields (state, gres, cpus, memory, ...)."""
@@ -459,12 +520,3 @@ class SlurmCluster:
     def log_tail(self, lines: int = 40) -> str:
         return tail(self.ctld_log, lines)
 
-
-def _bin(name: str) -> str:
-    found = shutil.which(name)
-    if found:
-        return found
-    for d in ("/usr/sbin", "/usr/bin"):
-        if Path(d, name).exists():
-            return str(Path(d, name))
-    return name

@@ -38,8 +38,8 @@ def render_slurm(cluster: Cluster) -> dict[str, str]:
         "gres.conf": env.get_template("slurm/gres.conf.j2").render(ctx),
         "cgroup.conf": env.get_template("slurm/cgroup.conf.j2").render(ctx),
     }
-    if cluster.spec.slurm.topology != "none":
-        out["topology.conf"] = env.get_template("slurm/topology.conf.j2").render(ctx)
+    for name, template in ctx["topology_files"].items():  # topology.conf, or topology.yaml from 25.05
+        out[name] = env.get_template(template).render(ctx)
     if cluster.dbd_host:
         out["slurmdbd.conf"] = env.get_template("slurm/slurmdbd.conf.j2").render(ctx)
     return out

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from gpucluster.cluster import Cluster
 from gpucluster.render.health.slurmconf import slurm_conf_lines
-from gpucluster.render.topology import blocks, slurm_switches
+from gpucluster.render.topology import blocks, named_topologies, partition_kinds, slurm_switches
+from gpucluster.spec.slurm_versions import has
 
 STATE_DIR = "/var/lib/slurm/slurmctld"
 # slurmdbd on the first controller (the accounting port is one gpucluster owns: slurm.conf names it too).
@@ -102,10 +103,22 @@ def slurm_context(cluster: Cluster) -> dict:
             # a group named after its GPU (h100) would otherwise list the feature twice
             "features": ",".join(dict.fromkeys([g.name, *([cluster.gres_type(g)] if g.gpu else []), *g.features])),
         })
+    version = spec.slurm.version
+    # 25.05+: topology.yaml (named topologies, Topology= per partition) replaces topology.conf, and
+    # slurm.conf(5) says TopologyPlugin is then ignored, so it is not written
+    topologies = named_topologies(spec, plan, version) if has(version, "topology-yaml") else []
+    kinds = partition_kinds(spec)
     partitions = [
-        {"p": p, "nodes": ",".join(spec.group(name).hostlist for name in p.groups)}
+        {"p": p, "nodes": ",".join(spec.group(name).hostlist for name in p.groups),
+         "topology": kinds[p.name] if topologies else None}
         for p in spec.slurm.partitions
     ]
+    if topologies:
+        topology_files = {"topology.yaml": "slurm/topology.yaml.j2"}
+    elif spec.slurm.topology != "none":
+        topology_files = {"topology.conf": "slurm/topology.conf.j2"}
+    else:
+        topology_files = {}
     return {
         "spec": spec,
         "plan": plan,
@@ -115,7 +128,11 @@ def slurm_context(cluster: Cluster) -> dict:
         "partitions": partitions,
         "staging": staging,
         "gpus": bool(spec.gpu_groups),
-        "topology_plugin": {"tree": "topology/tree", "block": "topology/block", "none": ""}[spec.slurm.topology],
+        "topology_plugin": "" if topologies else
+                           {"tree": "topology/tree", "block": "topology/block", "none": ""}[spec.slurm.topology],
+        "topologies": topologies,
+        "topology_files": topology_files,
+        "block_sizes": has(version, "block-sizes"),
         "state_dir": STATE_DIR,
         "spool_dir": SPOOL_DIR,
         "log_dir": LOG_DIR,
@@ -129,5 +146,5 @@ def slurm_context(cluster: Cluster) -> dict:
         "health_lines": _health_lines(cluster, params),
         "dbd": {"host": cluster.dbd_host, **DBD},
         "scheduler_parameters": scheduler_parameters(scale_for(nodes)),
-        "blocks": blocks(plan) if spec.slurm.topology == "block" else None,
+        "blocks": blocks(plan, version) if spec.slurm.topology == "block" else None,
     }

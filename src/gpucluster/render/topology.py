@@ -1,12 +1,25 @@
-"""Slurm's view of the fabric: the plan's units and pods translated into topology/tree switches or
-topology/block blocks. The plan itself stays neutral (NVIDIA Topograph keeps its topology model apart
-from its translators the same way)."""
+"""Slurm's view of the fabric: the plan's units and pods translated into topology/tree switches,
+topology/block blocks, or the named topologies of topology.yaml. The plan itself stays neutral (NVIDIA
+Topograph keeps its topology model apart from its translators the same way).
+
+Which syntax a release takes (BlockSizes from 24.05, topology.yaml from 25.05, blocks smaller than the
+base size from 25.05) is read from the version table, spec/slurm_versions.py.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from itertools import pairwise
 
-from gpucluster.fabric import Plan
+import hostlist
+
+from gpucluster.fabric import Plan, Unit
+from gpucluster.spec.model import ClusterSpec
+from gpucluster.spec.slurm_versions import has
+
+MAX_BLOCK_LEVEL = 15  # Slurm's block plugin: each BlockSize is base * 2^k with k <= 15
+KINDS = {"tree": "tree", "block": "block", "none": "flat"}  # spec word -> topology.yaml type
 
 
 @dataclass(frozen=True)
@@ -17,25 +30,127 @@ class SlurmSwitch:
     switches: tuple[str, ...] = ()
 
 
+def logical_leaves(plan: Plan) -> list[tuple[Unit, ...]]:
+    """The units each logical leaf of topology/tree stands for: one unit each, or with
+    slurm.tree_merge_leaves = k, k consecutive units of one pod and one node group (spec/slurm_topology.py
+    allows it only where the leaf tier is non-blocking)."""
+    k = plan.spec.slurm.tree_merge_leaves
+    out: list[list[Unit]] = []
+    for u in plan.units:
+        last = out[-1] if out else None
+        if last and len(last) < k and last[0].pod == u.pod and last[0].group == u.group:
+            last.append(u)
+        else:
+            out.append([u])
+    return [tuple(g) for g in out]
+
+
+def _hostlist(plan: Plan, units: tuple[Unit, ...]) -> str:
+    """One hostlist for consecutive units of one group (their nodes are one range)."""
+    if len(units) == 1:
+        return plan.unit_hostlist(units[0])
+    return hostlist.collect_hostlist([h for u in units for h in hostlist.expand_hostlist(plan.unit_hostlist(u))])
+
+
 def slurm_switches(plan: Plan) -> list[SlurmSwitch]:
     """topology/tree: a logical leaf per unit (a scalable unit's rail leaves together, so no node sits
-    under two leaves), a switch per pod (3 tiers), one root. Leaves first, then each level above."""
-    leaves = [SlurmSwitch(u.name, 0, nodes=(plan.unit_hostlist(u),)) for u in plan.units]
+    under two leaves) or per group of merged units, named after its first unit; a switch per pod
+    (3 tiers), one root. Leaves first, then each level above."""
+    groups = logical_leaves(plan)
+    leaves = [SlurmSwitch(g[0].name, 0, nodes=(_hostlist(plan, g),)) for g in groups]
     if plan.tiers == 3:
         pods = []
         for p in range(plan.pods):
-            members = tuple(u.name for u in plan.units if u.pod == p)
+            members = tuple(g[0].name for g in groups if g[0].pod == p)
             if members:
                 pods.append(SlurmSwitch(f"pod{p + 1:03d}", 1, switches=members))
         root = SlurmSwitch(plan.root_name, 2, switches=tuple(s.name for s in pods))
         return [*leaves, *pods, root]
-    return [*leaves, SlurmSwitch(plan.root_name, 1, switches=tuple(u.name for u in plan.units))]
+    return [*leaves, SlurmSwitch(plan.root_name, 1, switches=tuple(s.name for s in leaves))]
 
 
-def blocks(plan: Plan) -> dict:
-    """topology/block: a block per unit; aggregate sizes up to a pod (BlockSizes needs 24.05+)."""
-    base = min(u.count for u in plan.units)
+@dataclass(frozen=True)
+class Blocks:
+    """topology/block: a block per unit, and the block sizes Slurm may aggregate them into."""
+
+    units: tuple[Unit, ...]
+    sizes: tuple[int, ...]
+
+
+def block_sizes(plan: Plan, version: str) -> tuple[int, ...]:
+    """The base block size, then every power-of-two multiple up to the units of one pod (a larger
+    block would span the oversubscribed tier above the pod). The base is a unit's node count; before
+    25.05 every block had to hold a whole base block, so a partial last unit sets it instead."""
+    full = max(u.count for u in plan.units)
+    base = full if has(version, "block-below-base") else min(u.count for u in plan.units)
+    per_pod = max(1, min(plan.units_per_pod, len(plan.units)))
+    top = base * per_pod
     sizes = [base]
-    while sizes[-1] * 2 <= base * plan.units_per_pod and len(sizes) < 8:
+    while sizes[-1] * 2 <= top and len(sizes) < 8:
         sizes.append(sizes[-1] * 2)
-    return {"units": plan.units, "sizes": ",".join(map(str, sizes))}
+    return tuple(sizes)
+
+
+def block_sizes_problem(sizes: tuple[int, ...], block_nodes: list[int], version: str) -> str | None:
+    """Why Slurm would refuse these BlockSizes for blocks of these node counts; None when it takes them.
+    topology.conf has refused such sizes since 24.05 ("Invalid BlockSizes value"); topology.yaml only
+    from 26.05, which is why gpucluster checks them itself for every release."""
+    if not sizes or min(sizes) <= 0:
+        return "BlockSizes must be positive"
+    base = sizes[0]
+    for prev, size in pairwise(sizes):
+        if size <= prev:
+            return f"BlockSizes must grow: {size} follows {prev}"
+    for size in sizes:
+        level = size / base
+        if size % base or level != 2 ** round(math.log2(level)) or math.log2(level) > MAX_BLOCK_LEVEL:
+            return f"{size} is not the base size {base} times a power of two up to 2^{MAX_BLOCK_LEVEL}"
+    if not has(version, "block-below-base") and min(block_nodes) < base:
+        return f"a block of {min(block_nodes)} nodes is smaller than the base size {base} (allowed from 25.05)"
+    return None
+
+
+def blocks(plan: Plan, version: str) -> Blocks:
+    found = Blocks(tuple(plan.units), block_sizes(plan, version))
+    problem = block_sizes_problem(found.sizes, [u.count for u in plan.units], version)
+    if problem:  # a bug in block_sizes, never the user's input: the spec cannot choose sizes
+        raise AssertionError(f"rendered BlockSizes {found.sizes} would be refused: {problem}")
+    return found
+
+
+@dataclass(frozen=True)
+class NamedTopology:
+    """One entry of topology.yaml: a whole-fabric topology of one kind (tree, block or flat)."""
+
+    name: str
+    kind: str
+    default: bool
+    switches: tuple[SlurmSwitch, ...] = ()
+    blocks: Blocks | None = None
+
+
+def partition_kinds(spec: ClusterSpec) -> dict[str, str]:
+    """Partition name -> the topology type its jobs are placed with (its own, else slurm.topology)."""
+    return {p.name: KINDS[p.topology or spec.slurm.topology] for p in spec.slurm.partitions}
+
+
+def named_topologies(spec: ClusterSpec, plan: Plan, version: str) -> list[NamedTopology]:
+    """topology.yaml (25.05+): one topology per design the partitions use, each over the whole fabric;
+    the cluster's own (slurm.topology) first and cluster_default. Named by type: a partition's Topology=
+    then reads as its placement model. Every topology spans every fabric node, so slurmctld never warns
+    that a topology lacks nodes (it would for one cut down to a partition: 'Blocks lack access to N
+    nodes'). Empty when nothing but flat placement is asked for."""
+    kinds = [KINDS[spec.slurm.topology]]
+    for kind in partition_kinds(spec).values():
+        if kind not in kinds:
+            kinds.append(kind)
+    if kinds == ["flat"]:
+        return []
+    out = []
+    for i, kind in enumerate(kinds):
+        out.append(NamedTopology(
+            kind, kind, i == 0,
+            switches=tuple(slurm_switches(plan)) if kind == "tree" else (),
+            blocks=blocks(plan, version) if kind == "block" else None,
+        ))
+    return out

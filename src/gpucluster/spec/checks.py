@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from gpucluster.errors import Finding, did_you_mean
 from gpucluster.spec import stacks
 from gpucluster.spec.model import ClusterSpec
+from gpucluster.spec.slurm_topology import tree_rules
+from gpucluster.spec.versions import version_rules
 
-SLURM_OLDEST, SLURM_NEWEST = (20, 11), (25, 11)
-BLOCK_SINCE = (23, 11)
 RESERVED_MOUNTS = ("/", "/etc", "/usr", "/bin", "/sbin", "/lib", "/proc", "/sys", "/dev", "/boot", "/run",
                    "/var", "/tmp")
 
@@ -25,6 +25,8 @@ def _rules(spec: ClusterSpec) -> Iterator[Finding]:
     yield from _groups(spec)
     yield from _partitions(spec)
     yield from _slurm(spec)
+    yield from version_rules(spec)
+    yield from tree_rules(spec)
     yield from _parameters(spec)
     yield from _fabric(spec)
     yield from _storage(spec)
@@ -146,14 +148,6 @@ def _partitions(spec: ClusterSpec) -> Iterator[Finding]:
 
 
 def _slurm(spec: ClusterSpec) -> Iterator[Finding]:
-    v = spec.slurm.version_tuple
-    if not SLURM_OLDEST <= v <= SLURM_NEWEST:
-        yield Finding(("slurm", "version"), f"Slurm {spec.slurm.version} is outside what gpucluster renders for",
-                      f"use a version from {SLURM_OLDEST[0]}.{SLURM_OLDEST[1]:02d} to "
-                      f"{SLURM_NEWEST[0]}.{SLURM_NEWEST[1]:02d}", "slurm-version")
-    if spec.slurm.topology == "block" and v < BLOCK_SINCE:
-        yield Finding(("slurm", "topology"), f"topology/block needs Slurm 23.11 or later, not {spec.slurm.version}",
-                      "use topology: tree, or raise slurm.version to 23.11+", "slurm-version")
     n = sum(g.count for g in spec.node_groups if g.role == "compute")
     if n > 65536:
         yield Finding(("node_groups",), f"{n} compute nodes exceed Slurm's 65,536-node limit",

@@ -93,6 +93,9 @@ class Partition(Strict):
     max_time: str = Field(default="INFINITE", pattern=r"^(INFINITE|UNLIMITED|(\d+-)?\d+(:\d\d){0,2})$")
     max_nodes: int | None = Field(default=None, ge=1)
     priority_tier: int = Field(default=1, ge=0, le=65533)
+    topology: Literal["tree", "block", "none"] | None = Field(
+        default=None, description="this partition's own topology (Slurm 25.05+, topology.yaml); default slurm.topology",
+    )
 
 
 NODE_PATH = r"^/[A-Za-z0-9._/-]+$"
@@ -115,8 +118,20 @@ def _conf_value(value: object) -> str:
 ConfValue = Annotated[str, BeforeValidator(_conf_value)]
 
 
+def _release(value: object) -> object:
+    """An unquoted `version: 24.11` reaches here as the float 24.11; a release is written with two digits
+    after the dot, so that float means "24.11". Which releases exist is a rule of meaning (spec/versions.py),
+    so the error lists them."""
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return value
+
+
 class Slurm(Strict):
-    version: str = Field(default="22.05", pattern=r"^\d{2}\.\d{2}$")
+    version: Annotated[str, BeforeValidator(_release)] = Field(
+        default="22.05", max_length=16,
+        description="the Slurm release to render for: 22.05 .. 26.05 (spec/slurm_versions.py, checked with meaning)",
+    )
     topology: Literal["tree", "block", "none"] = "tree"
     accounting: bool = True
     accounting_purge_after: str | None = Field(
@@ -130,6 +145,11 @@ class Slurm(Strict):
     partitions: tuple[Partition, ...] = Field(min_length=1)
     prolog: str | None = Field(default=None, pattern=NODE_PATH, description="Prolog: a path on the compute nodes")
     epilog: str | None = Field(default=None, pattern=NODE_PATH, description="Epilog: a path on the compute nodes")
+    tree_merge_leaves: int = Field(
+        default=1, ge=1, le=4096,
+        description="topology/tree: consecutive leaves (units) of one pod listed as one logical leaf; only "
+                    "where the leaf tier is non-blocking. Fewer switches: slurmctld's tree cost grows with their cube",
+    )
     parameters: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9]*$", max_length=64)],
                      ConfValue] = Field(
         default_factory=dict,
@@ -451,7 +471,8 @@ class HealthActive(Strict):
 class Health(Strict):
     enabled: bool = True
     interval: int = Field(default=300, ge=5, le=86400, description="HealthCheckInterval, seconds")
-    node_state: str = Field(default="ANY", pattern=r"^(ANY|IDLE|ALLOC|MIXED|NONDRAINED_IDLE)(,(CYCLE|START_ONLY))*$",
+    node_state: str = Field(default="ANY", max_length=64,
+                            pattern=r"^(ALLOC|ANY|CYCLE|IDLE|MIXED|NONDRAINED_IDLE|START_ONLY|REBOOT_ONLY)(,[A-Z_]+)*$",
                             description="HealthCheckNodeState")
     check_timeout: int = Field(default=20, ge=1, le=45, description="seconds one check may take (the run: +10)")
     resume_after: int = Field(default=3, ge=1, le=1000, description="passing runs before a gpc: drain is resumed")

@@ -22,8 +22,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from string import Template
 
+from gpucluster.aptsources import SUITE, debian_mirror
+
 from ._proc import Log, StageError, run, run_streaming, tail
-from .aptsources import SUITE, debian_mirror
 
 IMAGE_REPO = "localhost/gpucluster-node"
 # Bump when the build procedure changes in a way the recipe text below does not show.

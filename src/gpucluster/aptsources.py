@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._proc import StageError
+from gpucluster.errors import OperationError
 
 APT_DIR = Path("/etc/apt")
 SUITE = "bookworm"
@@ -111,11 +111,11 @@ def host_sources(apt_dir: Path = APT_DIR) -> list[AptSource]:
 
 
 def debian_mirror(apt_dir: Path = APT_DIR) -> DebianMirror:
-    """The host's Debian mirror for SUITE; StageError when the apt sources name none."""
+    """The host's Debian mirror for SUITE; OperationError when the apt sources name none."""
     sources = host_sources(apt_dir)
     main = next((s for s in sources if SUITE in s.suites), None)
     if main is None:
-        raise StageError(
+        raise OperationError(
             f"no Debian '{SUITE}' mirror found in {apt_dir}/sources.list or "
             f"{apt_dir}/sources.list.d/: staged images are built from the mirror the host's apt "
             f"sources name; add a 'deb <mirror> {SUITE} main' source"
