@@ -9,8 +9,8 @@ import json
 import os
 import stat
 import subprocess
-import time
 import sys
+import time
 from pathlib import Path
 
 import pytest
