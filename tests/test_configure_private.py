@@ -132,3 +132,37 @@ def test_a_bad_secrets_file_is_refused_before_anything_runs(inventory, tmp_path,
     err = capsys.readouterr().err
     assert message in err and str(path) in err and "Traceback" not in err
     assert not (tmp_path / "st" / "runner" / "artifacts").exists()
+
+
+# ---- what a person sees while configure runs -----------------------------------------------------
+
+def test_the_live_line_says_what_runs_where_and_the_slowest_host():
+    from gpucluster.configure.runner import Progress
+
+    p = Progress(log=lambda _l: None)
+    p({"event": "playbook_on_play_start", "event_data": {"name": "Slurm | controller and compute"}})
+    p({"event": "playbook_on_task_start", "created": "2026-01-01T00:00:00",
+       "event_data": {"task": "slurm_common : Install", "role": "slurm_common"}})
+    for host, at in (("gpu01", "00:00:01"), ("gpu02", "00:00:02"), ("gpu03", "00:00:03")):
+        p({"event": "runner_on_start", "created": f"2026-01-01T{at}", "event_data": {"host": host}})
+    p({"event": "runner_on_ok", "event_data": {"host": "gpu02", "res": {"changed": False}}})
+    p({"event": "runner_on_failed", "event_data": {"host": "gpu03", "res": {"msg": "no"}}})
+    line = p.now()
+    assert "Slurm | controller and compute | slurm_common : Install: 2 done, 1 failed, 1 running" in line
+    assert "slowest gpu01" in line
+
+
+def test_status_lines_off_a_terminal_are_logged_when_they_change_at_most_every_n_seconds():
+    from gpucluster.progress import status_line
+
+    out: list[str] = []
+    with status_line(live=False, every=0.0, write=out.append) as show:
+        show("a")
+        show("a")
+        show("b")
+    assert out == ["a", "b"]
+    out.clear()
+    with status_line(live=False, every=3600.0, write=out.append) as show:
+        show("a")
+        show("b")  # too soon after "a": a log gets one line per `every`
+    assert out == ["a"]

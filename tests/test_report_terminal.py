@@ -19,9 +19,9 @@ from conftest import ROOT, dump_spec, example_data, example_path
 from gpucluster.cli import build_parser
 from gpucluster.cluster import load_cluster
 from gpucluster.fabric.summary import plan_summary
-from gpucluster.report.progress import progress
+from gpucluster.progress import progress
 from gpucluster.report.terminal import Screen, colour_wanted, print_plan
-from gpucluster.report.words import number, plural
+from gpucluster.words import number, plural
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

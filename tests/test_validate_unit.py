@@ -594,3 +594,13 @@ def test_cli_usage_errors_exit_2(tmp_path, staging_inventory, capsys):
     assert "matches no host or group" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["validate", str(staging_inventory), "-n", "0"])
+
+
+def test_the_live_counter_reads_what_the_checks_report(tmp_path):
+    """The checks' controller process appends one line per finished check; validate counts them live."""
+    from gpucluster.validate.runner import counts_of
+
+    f = tmp_path / "progress"
+    f.write_text("passed a::x[gpu01]\nfailed a::y[gpu02]\nskipped a::z[gpu01]\npassed b::x[gpu02]\n")
+    assert counts_of(f) == {"passed": 2, "failed": 1, "skipped": 1}
+    assert counts_of(tmp_path / "none") == {"passed": 0, "failed": 0, "skipped": 0}

@@ -69,8 +69,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_render(args: argparse.Namespace) -> int:
     from gpucluster.cluster import load_cluster
     from gpucluster.fabric.cabling import cabling_chunks
+    from gpucluster.progress import progress
     from gpucluster.render import render_all, write_outputs
-    from gpucluster.report.progress import progress
     from gpucluster.report.terminal import Screen, print_render
 
     t0 = time.perf_counter()

@@ -24,7 +24,7 @@ def cmd_configure(args: argparse.Namespace) -> int:
 
     result = configure(args.inventory, playbook=args.playbook, limit=args.limit, tags=args.tags,
                        project=args.project_dir, secrets=args.secrets, check=args.check, diff=args.diff,
-                       batch=args.batch, state_dir=args.state_dir, verbose=args.verbose, log=log)
+                       batch=args.batch, state_dir=args.state_dir, verbose=args.verbose, log=log, live=None)
     print(summary(result), flush=True)
     return 0 if result.ok else 1
 

@@ -12,6 +12,7 @@ import datetime as dt
 import os
 import shlex
 import sys
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -23,6 +24,8 @@ from gpucluster.errors import UsageError
 from gpucluster.inventory.reader import inventory_file, limit_terms
 from gpucluster.inventory.state import state_dirs
 from gpucluster.paths import ansible_dir, private_dir
+from gpucluster.progress import status_line
+from gpucluster.words import plural
 
 Log = Callable[[str], None]
 
@@ -145,6 +148,7 @@ class _Task:
     start: float
     action: str = ""
     hosts: dict[str, str] = field(default_factory=dict)  # host -> ok/changed/failed/unreachable/skipped
+    started: dict[str, float] = field(default_factory=dict)  # host -> when the task started there
     messages: dict[str, list[str]] = field(default_factory=dict)  # debug message -> hosts
 
 
@@ -207,6 +211,8 @@ class Progress:
             self.play = str(data.get("name") or data.get("play") or "")
             self.log(f"{self._stamp()} == {self.play}")
             self._last_role = None
+        elif kind == "runner_on_start" and self.task is not None:
+            self.task.started.setdefault(str(data.get("host") or "?"), created or time.time())
         elif kind in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable", "runner_on_skipped"):
             self._host_result(kind, data, str(event.get("stdout") or ""))
         elif kind == "playbook_on_stats":
@@ -257,6 +263,24 @@ class Progress:
             if text and text not in (HIDDEN, "All items completed"):
                 task.messages.setdefault(text, []).append(host)
 
+    def now(self) -> str:
+        """What is running now, for the live line: the play, its current task, hosts done / failed /
+        running there, and the host that has been running it longest."""
+        task = self.task
+        if task is None:
+            return ""
+        now = time.time()
+        done = dict(task.hosts)
+        running = {h: t for h, t in list(task.started.items()) if h not in done}
+        failed = sum(s in ("failed", "unreachable") for s in done.values())
+        where = f"{task.role} : " if task.role else ""
+        line = (f"{self._stamp()} {self.play} | {where}{task.name}: {len(done)} done, {failed} failed, "
+                f"{len(running)} running")
+        if running:
+            slowest = min(running, key=running.__getitem__)
+            line += f"; slowest {slowest} ({now - running[slowest]:.0f} s)"
+        return line
+
     def _stats(self, data: dict) -> None:
         keys = {"ok": "ok", "changed": "changed", "failures": "failed", "dark": "unreachable",
                 "skipped": "skipped", "rescued": "rescued", "ignored": "ignored"}
@@ -287,14 +311,15 @@ def configure(inventory: str | os.PathLike, *, playbook: str = "site.yml", limit
               tags: str | None = None, project: str | os.PathLike | None = None,
               secrets: str | os.PathLike | None = None, check: bool = False, diff: bool = False,
               batch: int | None = None, state_dir: str | os.PathLike | None = None,
-              verbose: bool = False, log: Log = print) -> ConfigureResult:
+              verbose: bool = False, log: Log = print, live: bool | None = False) -> ConfigureResult:
     """Converge the cluster of `inventory` with playbooks/<playbook>; never raises for host failures.
 
     Runs in the cluster's private state folder (gpucluster.paths.private_dir: 0700, owned by this user,
     never a shared /tmp path), with a minimal environment. `secrets` is an extra-vars file (munge key,
     slurmdbd password) checked first and handed to Ansible by path, so its values stay out of the run's
     files. `check` and `diff` are Ansible's --check and --diff; `batch` runs the Slurm play that many
-    hosts at a time (serial)."""
+    hosts at a time (serial). While it runs, a line says what is running where: redrawn in place on a
+    terminal (`live`; None decides from stdout), else logged every 30 s when it changed."""
     from ansible_runner.interface import init_runner
 
     from gpucluster.configure.secrets import read_secrets_file
@@ -361,7 +386,20 @@ def configure(inventory: str | os.PathLike, *, playbook: str = "site.yml", limit
         **kwargs,
     )
     runner.config.env = _runner_env(runner.config.env)
-    runner.run()
+    with status_line(every=30.0, live=live, write=log) as show:
+        ticking = threading.Event()
+
+        def tick() -> None:  # the live line: redrawn each second on a terminal, else logged every 30 s at most
+            while not ticking.wait(1.0):
+                show(progress.now())
+
+        ticker = threading.Thread(target=tick, name="configure-progress", daemon=True)
+        ticker.start()
+        try:
+            runner.run()
+        finally:
+            ticking.set()
+            ticker.join()
     elapsed = time.monotonic() - started
     hosts = progress.stats
     failed = any(s.failed or s.unreachable for s in hosts.values())
@@ -422,19 +460,15 @@ def summary(result: ConfigureResult) -> str:
                 lines.append(f"  {host}: {msg}")
     if result.check:
         verdict = "check passed" if result.ok else "check FAILED"
-        counted = f"{result.changed} {_plural(result.changed, 'change')} would be made"
+        counted = f"{plural(result.changed, 'change')} would be made"
     else:
         verdict = "converged" if result.ok else "NOT converged"
-        counted = f"{result.changed} {_plural(result.changed, 'change')}"
+        counted = plural(result.changed, "change")
     lines.append("")
-    lines.append(f"{verdict}: {len(result.hosts)} {_plural(len(result.hosts), 'host')}, {counted}, "
+    lines.append(f"{verdict}: {plural(len(result.hosts), 'host')}, {counted}, "
                  f"{result.elapsed:.1f} s"
                  + (f" (artifacts: {result.artifacts})" if result.artifacts else ""))
     return "\n".join(lines)
-
-
-def _plural(n: int, word: str) -> str:
-    return word if n == 1 else word + "s"
 
 
 def _hostlist(hosts: list[str]) -> str:

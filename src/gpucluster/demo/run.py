@@ -16,6 +16,8 @@ from pathlib import Path
 
 import hostlist
 
+from gpucluster.words import plural
+
 
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "gpucluster.cli", *args]
@@ -59,7 +61,7 @@ def run_job(staged, spec, plan) -> tuple[bool, str]:
     state, nodelist = fields[1], fields[3]
     leaves = sorted({plan.unit_of_host[h].name for h in hosts if h in plan.unit_of_host})
     ok = state == "COMPLETED" and len(hosts) == 2 and len(leaves) == 1
-    return ok, (f"job {job} {state} on {nodelist} ({len(hosts)} nodes) under leaf {', '.join(leaves) or '?'} "
+    return ok, (f"job {job} {state} on {nodelist} ({plural(len(hosts), 'node')}) under leaf {', '.join(leaves) or '?'} "
                 "(asked -N2 --switches=1)")
 
 
@@ -85,7 +87,7 @@ def demo(spec_path: str) -> int:
     _step(f"stage up {spec_path}: {plan.nodes} nodes as podman containers", 1, total)
     t0 = time.perf_counter()
     staged, inventory = stage_up(spec_path, log=lambda msg: print(f"  {msg}", flush=True), cluster=cluster)
-    record("stage up", t0, True, f"{len(staged.nodes)} nodes; inventory {inventory}")
+    record("stage up", t0, True, f"{plural(len(staged.nodes), 'node')}; inventory {inventory}")
 
     inv_dir = str(inventory.parent)
     _step(f"configure {inv_dir}: Ansible roles through ansible-runner", 2, total)

@@ -15,6 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from gpucluster.words import plural
+
 
 def _sigterm(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt  # unwinds through the context managers, which stop the daemons
@@ -65,7 +67,7 @@ def _summary(cluster) -> None:
     for rec in nodes.values():
         states[rec["state"]] = states.get(rec["state"], 0) + 1
     print("nodes: " + ", ".join(f"{n} {s}" for s, n in sorted(states.items())))
-    print(f"topology: {len(topo)} switches, {len(leaves)} leaves")
+    print(f"topology: {plural(len(topo), 'switch')}, {plural(len(leaves), 'leaf')}")
     if rss:
         print(
             f"slurmd RSS: mean {sum(rss) / len(rss) / 1024:.1f} MiB; slurmctld "

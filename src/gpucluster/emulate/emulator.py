@@ -8,6 +8,7 @@ from pathlib import Path
 
 from gpucluster.emulate.harness import SlurmCluster, SlurmStartError
 from gpucluster.emulate.slurmconf import SlurmConf
+from gpucluster.words import plural
 
 # Measured on Debian 12 / Slurm 22.05: an idle emulated slurmd has ~8 MB RSS, of which ~2 MB is
 # private (the rest is shared libraries); a job step (slurmstepd) adds about as much again while it
@@ -48,7 +49,7 @@ def emulate(
         chosen = names
     elif nodes > len(names):
         raise SlurmStartError(
-            f"{conf_dir}/slurm.conf defines {len(names)} nodes, {nodes} asked for: the emulator never "
+            f"{conf_dir}/slurm.conf defines {plural(len(names), 'node')}, {nodes} asked for: the emulator never "
             f"invents nodes; render a spec with {nodes} compute nodes instead"
         )
     elif nodes < 1:

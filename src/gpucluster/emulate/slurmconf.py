@@ -16,6 +16,8 @@ from pathlib import PurePosixPath
 
 import hostlist
 
+from gpucluster.words import plural
+
 # Line kinds whose lines carry several Key=Value pairs and a record name.
 RECORD_KEYS = ("nodename", "partitionname", "nodeset", "downnodes", "frontendname", "switchname")
 
@@ -378,7 +380,8 @@ def _adapt_nodes(conf: SlurmConf, layout: Layout, notes: list[Adaptation]) -> di
                 "slurm.conf",
                 "NodeName: NodeHostname/Port",
                 None,
-                f"NodeHostname=localhost Port=[{layout.node_port_base}-{next_port - 1}] for {len(ports)} nodes",
+                f"NodeHostname=localhost Port=[{layout.node_port_base}-{next_port - 1}] "
+                f"for {plural(len(ports), 'node')}",
                 "every emulated slurmd runs here (slurmd -N NAME), each on its own port",
             )
         )

@@ -13,6 +13,7 @@ import hostlist
 
 from gpucluster.health.node.decide import PREFIX, is_drained
 from gpucluster.health.node.slurmctl import parse_nodes
+from gpucluster.words import plural
 
 # What the controller is asked (full reasons: a -o field without a width is never cut).
 SINFO_REASONS = ["sinfo", "-R", "-h", "-o", "%H|%u|%N|%T|%E"]
@@ -104,7 +105,7 @@ def format_status(rows: list[NodeStatus], now: float | None = None) -> str:
     by_reason: dict[str, list[NodeStatus]] = {}
     for r in drained:
         by_reason.setdefault(r.reason or "(no reason)", []).append(r)
-    lines.append(f"drained: {len(drained)} of {len(rows)} nodes")
+    lines.append(f"drained: {len(drained)} of {plural(len(rows), 'node')}")
     for reason, group in sorted(by_reason.items()):
         first = group[0]
         note = "resumed by gpucluster when its checks pass" if first.by == "gpucluster" else \

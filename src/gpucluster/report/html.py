@@ -15,7 +15,7 @@ from gpucluster.fabric.summary import plan_summary
 from gpucluster.report.bom import build_bom
 from gpucluster.report.diagram import fabric_svg, inline_svg
 from gpucluster.report.racks import Rack, build_racks
-from gpucluster.report.words import number, plural
+from gpucluster.words import number, plural
 
 SLOTS = 16  # node slots drawn per rack; a fuller rack shows how many more
 

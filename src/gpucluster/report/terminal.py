@@ -14,7 +14,7 @@ from typing import TextIO
 
 from gpucluster.errors import Finding
 from gpucluster.fabric import Plan
-from gpucluster.report.words import number, plural
+from gpucluster.words import number, plural
 
 
 def colour_wanted(stream: TextIO, no_color: bool = False) -> bool:

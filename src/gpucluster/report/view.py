@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from gpucluster.fabric import Plan, Unit
 from gpucluster.fabric.cabling import endpoint_media
 from gpucluster.fabric.plan import PodPlan
-from gpucluster.report.words import plural
+from gpucluster.words import plural
 
 TIERS = ("core", "spine", "leaf", "nodes")
 MOST_UNITS = 12  # an expanded pod draws this many units one by one, the rest folded

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import argparse
 
+from gpucluster.words import plural
+
 
 def cmd_up(args: argparse.Namespace) -> int:
     from gpucluster.stage.lifecycle import stage_up
 
     staged, path = stage_up(args.spec, state=args.state_dir, inventory=args.inventory, runtime=args.runtime,
                             ulimits=args.ulimit)
-    print(f"staged {len(staged.nodes)} nodes on podman network {staged.network}; inventory: {path}")
+    print(f"staged {plural(len(staged.nodes), 'node')} on podman network {staged.network}; inventory: {path}")
     for name, (host, port) in sorted(staged.nodes.items()):
         print(f"  {name:12s} ssh -F {staged.ssh_config} {name}   ({host}:{port})")
     return 0

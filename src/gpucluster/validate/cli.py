@@ -67,7 +67,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
         mode = (f"via Slurm: {outcome.job_hosts} nodes in job {', '.join(outcome.jobs) or '-'}, "
                 f"{over_ssh} hosts over SSH")
     else:
-        res = runner.run_pytest(expect_path, hosts, workers, workdir, stream=args.verbose, extra=extra)
+        from gpucluster.progress import status_line
+
+        started = time.monotonic()
+        with status_line(every=10.0, stream=sys.stderr) as show:
+            def counter(c: dict[str, int]) -> None:  # validate's live line: checks done so far
+                show(f"validate: {c['passed']:,} passed, {c['failed']:,} failed, {c['skipped']:,} skipped "
+                     f"({time.monotonic() - started:.0f} s, {len(hosts):,} hosts, -n {workers})")
+
+            res = runner.run_pytest(expect_path, hosts, workers, workdir, stream=args.verbose, extra=extra,
+                                    on_progress=None if args.verbose else counter)
         if not res.junit.exists() or res.rc in (2, 3, 4):  # interrupted, internal error, usage error
             print(f"error: the validation suite itself failed (pytest exit {res.rc}); log: {res.log}\n"
                   + _tail(res.log), file=sys.stderr)

@@ -12,6 +12,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpucluster.words import plural
+
 OUTCOMES = ("passed", "failed", "skipped", "differs")
 _ID = re.compile(r"^(?P<test>[^\[]+)\[(?P<group>[^:\]]+):(?P<host>[^:\]]+)(?::(?P<item>.*))?\](?:@.*)?$")
 
@@ -181,8 +183,8 @@ def summary_text(rep: Report, width: int = 100, max_failures: int = 12, max_host
     lines: list[str] = []
     c = Counter(r.outcome for r in rep.results)
     hosts = rep.hosts_ordered()
-    lines.append(f"{rep.title}: {len(rep.results)} checks on {len(hosts)} hosts in {rep.seconds:.1f} s - "
-                 + ", ".join(f"{c[o]} {o}" for o in OUTCOMES if c[o]))
+    lines.append(f"{rep.title}: {plural(len(rep.results), 'check')} on {plural(len(hosts), 'host')} in "
+                 f"{rep.seconds:.1f} s - " + ", ".join(f"{c[o]} {o}" for o in OUTCOMES if c[o]))
     failing = [(h, n) for h, n in hosts if n["failed"]]
     if failing:
         lines.append("")

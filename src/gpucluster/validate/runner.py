@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,13 +44,30 @@ def pytest_command(expect: Path, hosts: list[str], workers: int, junit: Path, co
     return cmd + list(extra or [])
 
 
+def counts_of(progress_file: Path) -> dict[str, int]:
+    """passed/failed/skipped so far, from the checks' progress file (checks/conftest.py)."""
+    out = {"passed": 0, "failed": 0, "skipped": 0}
+    try:
+        for line in progress_file.read_text().splitlines():
+            outcome = line.split(" ", 1)[0]
+            out[outcome] = out.get(outcome, 0) + 1
+    except OSError:
+        pass
+    return out
+
+
 def run_pytest(expect: Path, hosts: list[str], workers: int, workdir: Path, *, stream: bool = False,
-               extra: list[str] | None = None, suite_name: str = "ssh") -> PytestRun:
+               extra: list[str] | None = None, suite_name: str = "ssh",
+               on_progress: Callable[[dict[str, int]], None] | None = None) -> PytestRun:
+    """pytest on the checks; `on_progress(counts)` is called about twice a second while it runs."""
     junit = workdir / f"junit-{suite_name}.xml"
     log = workdir / f"pytest-{suite_name}.log"
+    progress_file = workdir / f"progress-{suite_name}"
+    progress_file.write_text("")
     control_dir = tempfile.mkdtemp(prefix="gpcv-", dir="/tmp")  # short: unix socket paths max 108 bytes
     try:
         cmd = pytest_command(expect, hosts, workers, junit, control_dir, suite_name, extra)
+        cmd.append(f"--gpc-progress={progress_file}")
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
         with log.open("w") as fh:
             fh.write("$ " + " ".join(cmd) + "\n")
@@ -63,8 +81,17 @@ def run_pytest(expect: Path, hosts: list[str], workers: int, workdir: Path, *, s
                     fh.write(line)
                 rc = proc.wait()
             else:
-                rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=env, cwd=str(workdir), check=False).returncode
+                proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        env=env, cwd=str(workdir))
+                while True:
+                    try:
+                        rc = proc.wait(timeout=0.5)
+                        break
+                    except subprocess.TimeoutExpired:
+                        if on_progress is not None:
+                            on_progress(counts_of(progress_file))
+                if on_progress is not None:
+                    on_progress(counts_of(progress_file))
     finally:
         close_masters(control_dir)
     return PytestRun(rc=rc, junit=junit, log=log)

@@ -26,12 +26,16 @@ def pytest_addoption(parser):
     g.addoption("--gpc-me", help="local mode: this node's inventory name")
     g.addoption("--gpc-peers", help="local mode: the nodes running the suite in the same job (ring checks)")
     g.addoption("--gpc-control-dir", help="folder for SSH control sockets shared by the workers")
+    g.addoption("--gpc-progress", help="append one line per finished check (outcome, then node id) to this file")
     g.addoption("--gpc-ssh", choices=("paramiko", "openssh"), default="paramiko",
                 help="paramiko: one connection per host and worker, no process per command (default); "
                      "openssh: the ssh command, multiplexed (ProxyJump and other ssh_config features)")
 
 
 def pytest_configure(config):
+    global _CONFIG
+    _CONFIG = config
+    config.gpc_progress = None if hasattr(config, "workerinput") else config.getoption("--gpc-progress")
     config.addinivalue_line("markers", "per(group, items=None): parametrize by inventory group, host and item")
     path = config.getoption("--gpc-expect") or os.environ.get("GPUCLUSTER_VALIDATE_EXPECT")
     if not path:
@@ -46,6 +50,19 @@ def pytest_configure(config):
                       peers=[h for h in peers.split(",") if h] if peers else None,
                       control_dir=config.getoption("--gpc-control-dir"),
                       ssh_backend=config.getoption("--gpc-ssh"))
+
+
+def pytest_runtest_logreport(report):
+    """One line per finished check for `gpucluster validate`'s live counter (the controller process only:
+    xdist workers forward their reports to it)."""
+    path = getattr(_CONFIG, "gpc_progress", None)
+    if not path or not (report.when == "call" or (report.when == "setup" and not report.passed)):
+        return
+    with open(path, "a") as fh:
+        fh.write(f"{report.outcome} {report.nodeid}\n")
+
+
+_CONFIG = None
 
 
 def _groups(marker) -> tuple[str, ...]:

@@ -2,7 +2,7 @@
 
 Usage (inventory, render, anything that walks a large plan):
 
-    from gpucluster.report.progress import progress
+    from gpucluster.progress import progress
 
     with progress("writing inventory", total=len(hosts), unit="hosts") as advance:
         for host in hosts:
@@ -74,3 +74,59 @@ def progress(label: str, total: int | None = None, *, unit: str = "", stream: Te
         yield bar.advance
     finally:
         bar.close()
+
+
+class _Status:
+    """One line that says what is happening now: redrawn in place on a terminal; elsewhere (a log, CI)
+    printed when it changes, at most every `every` seconds, so a long quiet step still shows life."""
+
+    def __init__(self, stream: TextIO, live: bool, every: float, write: Callable[[str], None] | None):
+        self.stream, self.live, self.every = stream, live, every
+        self.write = write
+        self.text = ""
+        self.printed_at = 0.0
+        self.printed = ""
+        self.display = None
+
+    def update(self, text: str) -> None:
+        self.text = text
+        if self.live:
+            if self.display is None:
+                from rich.console import Console
+                from rich.live import Live
+                from rich.text import Text
+
+                self._text = Text
+                self.display = Live(Text(text, overflow="ellipsis", no_wrap=True),
+                                    console=Console(file=self.stream, highlight=False), transient=True,
+                                    auto_refresh=False)
+                self.display.start()
+            self.display.update(self._text(text, overflow="ellipsis", no_wrap=True), refresh=True)
+            return
+        now = time.monotonic()
+        if text and text != self.printed and now - self.printed_at >= self.every:
+            if self.write is not None:
+                self.write(text)
+            else:
+                self.stream.write(text + "\n")
+                self.stream.flush()
+            self.printed, self.printed_at = text, now
+
+    def close(self) -> None:
+        if self.display is not None:
+            self.display.stop()
+
+
+@contextmanager
+def status_line(*, stream: TextIO | None = None, every: float = 30.0, live: bool | None = None,
+                write: Callable[[str], None] | None = None) -> Iterator[Callable[[str], None]]:
+    """Yield update(text): the current state of a long step (configure's running task, validate's counts).
+    On a terminal the line is redrawn in place and vanishes at the end; elsewhere it is printed (or given
+    to `write`) when it changed and `every` seconds have passed since the last print."""
+    out = stream or sys.stdout
+    st = _Status(out, wanted(out) if live is None else live, every, write)
+    try:
+        yield st.update
+    finally:
+        st.close()
+
