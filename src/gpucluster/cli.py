@@ -6,29 +6,55 @@ import argparse
 import importlib
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
 
 from gpucluster import __version__
-from gpucluster.errors import OperationError, SpecError, UsageError
+from gpucluster.errors import OperationError, SpecError, UsageError, findings_report, suppressed
 
 # Subcommands that live with their concern; each module has register(subparsers).
 PLUGINS = ("gpucluster.stage.cli", "gpucluster.inventory.cli", "gpucluster.configure.cli", "gpucluster.validate.cli",
            "gpucluster.emulate.cli", "gpucluster.deploy.cli", "gpucluster.demo.cli")
 
 
+def _print_json(data: dict) -> None:
+    # allow_nan=False: the spec refuses NaN and infinity, so one here is a bug, never invalid JSON on stdout
+    print(json.dumps(data, indent=2, allow_nan=False))
+
+
+def _suppress(findings: list, args: argparse.Namespace) -> list:
+    """--suppress RULE drops warnings of that rule; an error is never dropped (and we say so)."""
+    kept, refused = suppressed(findings, args.suppress or ())
+    for rule in refused:
+        print(f"note: --suppress {rule} does not apply to errors", file=sys.stderr)
+    return kept
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from gpucluster.cluster import check_meaning
     from gpucluster.spec.loader import load_spec
 
-    loaded = load_spec(args.spec)
-    findings = check_meaning(loaded)
+    try:
+        loaded = load_spec(args.spec)
+    except SpecError as exc:
+        if not args.json:
+            raise
+        _print_json(findings_report(exc.findings, args.spec))
+        return 2
+    findings = _suppress(check_meaning(loaded), args)
+    failed = any(f.level == "error" for f in findings)
+    spec = loaded.spec
+    if args.json:
+        nodes = sum(g.count for g in spec.node_groups)
+        extra = {} if failed else {"node_groups": len(spec.node_groups), "nodes": nodes}
+        _print_json(findings_report(findings, args.spec, **extra))
+        return 2 if failed else 0
     for f in findings:
         print(f"{f.level}: {f.render()}", file=sys.stderr)
-    if any(f.level == "error" for f in findings):
+    if failed:
         raise SpecError([])  # already printed
-    spec = loaded.spec
     print(f"{args.spec}: ok ({len(spec.node_groups)} node groups, "
           f"{sum(g.count for g in spec.node_groups)} nodes, {len(findings)} warnings)")
     return 0
@@ -38,10 +64,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from gpucluster.cluster import load_cluster
     from gpucluster.fabric.summary import plan_summary
 
-    plan = load_cluster(args.spec).plan
+    try:
+        cluster = load_cluster(args.spec)
+    except SpecError as exc:
+        if not args.json:
+            raise
+        _print_json(findings_report(exc.findings, args.spec))
+        return 2
+    plan = cluster.plan
     summary = plan_summary(plan)
     if args.json:
-        print(json.dumps(summary, indent=2))
+        _print_json(summary)
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -68,7 +101,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                       f"{fl['write_gbps']:,} GB/s write, mounted at {fl['mount']}")
     for n in summary["storage"]["nfs"]:
         console.print(f"nfs tier '{n['name']}': {n['servers']} servers, exports {', '.join(n['exports'])}")
-    for w in plan.warnings:
+    for w in _suppress(plan.warnings, args):
         console.print(f"[yellow]warning[/]: {w.field}: {w.message}")
     return 0
 
@@ -87,21 +120,40 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rule_name(text: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a rule name (the word in [brackets] after a finding)")
+    return text
+
+
+def _suppress_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--suppress", action="append", metavar="RULE", type=_rule_name,
+                   help="hide warnings of this rule (repeatable); errors are never suppressed")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpucluster", description=__doc__)
     parser.add_argument("--version", action="version", version=f"gpucluster {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    spec_help = "cluster spec: a YAML file, or - to read standard input"
     p = sub.add_parser("check", help="validate a cluster spec and report every problem")
-    p.add_argument("spec")
+    p.add_argument("spec", help=spec_help)
+    p.add_argument("--json", action="store_true",
+                   help="findings as JSON (file, line, column, field, rule, level, message, fix) on stdout")
+    _suppress_arg(p)
     p.set_defaults(func=cmd_check)
     p = sub.add_parser("plan", help="physical design: switches per tier, oversubscription, bisection bandwidth")
-    p.add_argument("spec")
-    p.add_argument("--json", action="store_true", help="machine-readable output (stable keys: docs/spec.md)")
+    p.add_argument("spec", help=spec_help)
+    p.add_argument("--json", action="store_true", help="machine-readable output (stable keys: docs/spec.md); "
+                                                       "on a bad spec, the findings as check --json prints them")
+    _suppress_arg(p)
     p.set_defaults(func=cmd_plan)
     p = sub.add_parser("render", help="write slurm.conf, topology.conf, gres.conf, cgroup.conf, nccl.conf, "
                                       "cabling.csv, bom.csv")
-    p.add_argument("spec")
-    p.add_argument("-o", "--output", required=True, help="output folder (files are replaced atomically)")
+    p.add_argument("spec", help=spec_help)
+    p.add_argument("-o", "--output", required=True,
+                   help="output folder, replaced as a whole set: readers see the old files or the new ones; "
+                        "files an earlier render wrote and this one does not are removed, yours are kept")
     p.add_argument("--no-cabling", action="store_true", help="skip the per-port cabling map")
     p.set_defaults(func=cmd_render)
     for name in PLUGINS:
