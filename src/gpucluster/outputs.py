@@ -62,6 +62,7 @@ MAX_CARRIED = 10_000  # entries of the user's in the folder; past that, -o point
 # Never swapped out from under the system, even when asked: '/' and the top-level system directories.
 PROTECTED = frozenset({"/", "/etc", "/usr", "/var", "/boot", "/proc", "/sys", "/dev", "/run", "/tmp", "/bin",
                        "/sbin", "/lib", "/lib64", "/root", "/home", "/srv", "/opt", "/mnt", "/media"})
+_VIRTUAL = ("/proc/", "/sys/", "/dev/")  # kernel file systems: nothing to render into
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _CHUNK = 1 << 20
 
@@ -131,7 +132,7 @@ def _parents(name: str) -> list[str]:
 
 def _target(folder: Path) -> Path:
     target = Path(os.path.realpath(os.path.abspath(folder)))  # a symlinked folder: its target is replaced
-    if str(target) in PROTECTED or target.parent == target:
+    if str(target) in PROTECTED or target.parent == target or str(target).startswith(_VIRTUAL):
         raise UsageError(f"{folder}: gpucluster replaces its output folder as a whole; give it a folder of "
                          "its own, not a system directory")
     try:

@@ -97,6 +97,8 @@ def _finding(err: dict, doc: Document, name: str) -> Finding:
         return Finding(loc, "required key is missing", f"add '{loc[-1]}'", "required", file=name, line=line,
                        column=column)
     rule, msg, fix = _explain(kind, err, doc.texts.get(loc))
+    if loc and loc[-1] == "[key]":  # pydantic's marker for a mapping key that failed
+        loc, msg = loc[:-1], f"the key {shown(loc[-2])}: {msg}"
     return Finding(loc, msg, fix, rule, file=name, line=line, column=column)
 
 
