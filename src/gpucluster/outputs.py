@@ -244,8 +244,8 @@ class _Signalled(BaseException):
 class _Signals:
     """While a set is written, SIGINT/SIGTERM/SIGHUP are only recorded: the writer stops at its next
     checkpoint (between chunks, files, links), so no signal can land between creating the sibling and
-    remembering it, or between the swap and knowing it happened. On exit, after the cleanup, the first
-    one is delivered as it would have been."""
+    remembering it, or between the swap and knowing it happened. On exit, after the cleanup, the signal
+    is delivered as it would have been (SIGTERM or SIGHUP before a SIGINT that came first)."""
 
     def __init__(self) -> None:
         self.previous: dict[int, object] = {}
@@ -274,7 +274,8 @@ class _Signals:
             signal.signal(sig, prev)
         if not self.fired:
             return False
-        signum = self.fired[0]
+        # a SIGTERM or SIGHUP after a SIGINT still ends the process: it goes first
+        signum = next((s for s in self.fired if s != signal.SIGINT), self.fired[0])
         _deliver(signum, previous.get(signum, signal.SIG_DFL))
         raise OperationError(f"interrupted by {signal.Signals(signum).name}; "
                              + ("the new set is in place" if exc is None else "nothing was changed"))

@@ -313,3 +313,90 @@ SPEC_CASES: list[SpecCase] = [
 ]
 
 KINDS = sorted({c.kind for c in SPEC_CASES})
+
+
+# ---- output-folder faults: the -o folder, not the spec ----------------------------------------------
+
+@dataclass(frozen=True)
+class OutputCase:
+    name: str
+    setup: Callable[[Path], str]  # folder holding ./out (an earlier render) -> the -o argument
+    message: str  # a piece of the error
+
+    @property
+    def id(self) -> str:
+        return f"output-dir/{self.name}"
+
+
+def _squat(name: str, keep: bool) -> Callable[[Path], str]:
+    """The user made a folder where the render writes a file (with a file of theirs inside, or empty)."""
+    def setup(folder: Path) -> str:
+        out = folder / "out"
+        (out / name).unlink()
+        (out / name).mkdir()
+        if keep:
+            (out / name / "mine.txt").write_text("the user's\n")
+        return str(out)
+
+    return setup
+
+
+def _file(folder: Path) -> str:
+    (folder / "file").write_text("not a folder\n")
+    return str(folder / "file")
+
+
+def _under_file(folder: Path) -> str:
+    (folder / "file").write_text("not a folder\n")
+    return str(folder / "file" / "out")
+
+
+def _link(target: str) -> Callable[[Path], str]:
+    def setup(folder: Path) -> str:
+        (folder / "link").symlink_to(target)
+        return str(folder / "link")
+
+    return setup
+
+
+def _link_to_file(folder: Path) -> str:
+    _file(folder)
+    return _link(str(folder / "file"))(folder)
+
+
+def _crowded(folder: Path) -> str:
+    out = folder / "out"
+    (out / "many").mkdir()
+    for i in range(10_001):
+        (out / "many" / f"{i}.txt").write_bytes(b"")
+    return str(out)
+
+
+OUTPUT_CASES = [
+    OutputCase("folder-squatting-on-slurm-conf", _squat("slurm.conf", keep=True), "is a folder where"),
+    OutputCase("empty-folder-squatting-on-plan-json", _squat("plan.json", keep=False), "is a folder where"),
+    OutputCase("output-is-a-file", _file, "is not a folder"),
+    OutputCase("output-under-a-file", _under_file, "cannot create the output folder"),
+    OutputCase("output-is-dev-null", lambda _f: "/dev/null", "system directory"),
+    OutputCase("output-is-root", lambda _f: "/", "system directory"),
+    OutputCase("symlink-to-root", _link("/"), "system directory"),
+    OutputCase("symlink-to-a-file", _link_to_file, "is not a folder"),
+    OutputCase("symlink-loop", lambda f: _link(str(f / "link"))(f), "is not a folder"),
+    OutputCase("under-proc", lambda _f: "/proc/self/out", "system directory"),
+    OutputCase("10001-files-of-the-user", _crowded, "more than 10,000 entries"),
+]
+
+# ---- signals: tests/test_hostile_outputs.py sends these to a render in a child process --------------
+# (name, signals sent, when): "stream" = while cabling.csv streams, "swapped" = right after the swap,
+# "load" = while the spec loads, "ignored" = SIGTERM sent while the process ignores it (nohup)
+SIGNAL_CASES = [
+    ("sigint-while-streaming", ("SIGINT",), "stream"),
+    ("sigterm-while-streaming", ("SIGTERM",), "stream"),
+    ("sighup-while-streaming", ("SIGHUP",), "stream"),
+    ("sigterm-twice-while-streaming", ("SIGTERM", "SIGTERM"), "stream"),
+    ("sigint-then-sigterm-while-streaming", ("SIGINT", "SIGTERM"), "stream"),
+    ("sigterm-right-after-the-swap", ("SIGTERM",), "swapped"),
+    ("sigint-right-after-the-swap", ("SIGINT",), "swapped"),
+    ("sigint-while-loading", ("SIGINT",), "load"),
+    ("sigterm-ignored-nohup", ("SIGTERM",), "ignored"),
+]
