@@ -78,6 +78,7 @@ def check_case(case: SpecCase, tmp_path: Path, earlier: tuple[Path, dict[str, by
             assert line in lines, f"no finding at line {line}:\n{text}"
     else:
         assert errors[0].startswith(f"error: {name}"), text
+    assert case.says in text, text
     rules = set(re.findall(r"\[([\w-]+)\]$", text, re.M))
     assert rules & case.rules, f"expected one of {sorted(case.rules)}, got {sorted(rules)}:\n{text}"
     assert snapshot(out) == before, "the earlier output folder changed"
@@ -122,3 +123,14 @@ def test_paths(case, tmp_path, earlier):
 @pytest.mark.parametrize("case", cases("file-kind"))
 def test_file_kind(case, tmp_path, earlier):
     check_case(case, tmp_path, earlier)
+
+
+def test_divisors_in_square_root_time():
+    """The planner's spine and core counts are divisors of uplink counts; a user switch may claim 2 x 10^9
+    ports (now refused by the catalog bound, but the planner must not depend on it)."""
+    from gpucluster.fabric.plan import _divisors
+
+    for n in range(1, 2000):
+        assert _divisors(n) == [d for d in range(1, n + 1) if n % d == 0], n
+    big = _divisors(2 * 10**9)  # 2^10 * 5^9: 11 * 10 divisors
+    assert len(big) == 110 and big == sorted(big) and all(2 * 10**9 % d == 0 for d in big)

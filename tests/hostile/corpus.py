@@ -32,6 +32,7 @@ class SpecCase:
     rules: frozenset[str]  # the run reports at least one of these
     located: bool = True  # the message names file:line
     stdin: Callable[[], bytes] | None = None  # the spec is "-", fed this on standard input
+    says: str = ""  # a piece of the message
 
     @property
     def id(self) -> str:
@@ -297,16 +298,25 @@ SPEC_CASES: list[SpecCase] = [
     SpecCase("paths", "component-over-255", edit("    mount: /mnt/flash\n", "    mount: /mnt/" + "f" * 300 + "\n"),
              frozenset({"path"})),
     # ---- file kinds: only a regular file (or -), at most the size limit -----------------------------
-    SpecCase("file-kind", "directory", special(_dir), frozenset({"file"}), located=False),
-    SpecCase("file-kind", "fifo", special(_fifo), frozenset({"file"}), located=False),
-    SpecCase("file-kind", "dev-zero", special(lambda _f: "/dev/zero"), frozenset({"file"}), located=False),
-    SpecCase("file-kind", "symlink-to-dev-zero", special(_symlink("/dev/zero")), frozenset({"file"}), located=False),
-    SpecCase("file-kind", "socket", special(_socket), frozenset({"file"}), located=False),
-    SpecCase("file-kind", "missing", special(lambda f: str(f / "nope.yaml")), frozenset({"file"}), located=False),
-    SpecCase("file-kind", "sparse-2gb", special(_sparse), frozenset({"file"}), located=False),
+    SpecCase("file-kind", "directory", special(_dir), frozenset({"file"}), located=False,
+             says='is a directory, not a regular file'),
+    SpecCase("file-kind", "fifo", special(_fifo), frozenset({"file"}), located=False,
+             says='is a FIFO (named pipe), not a regular file'),
+    SpecCase("file-kind", "dev-zero", special(lambda _f: "/dev/zero"), frozenset({"file"}), located=False,
+             says='is a character device, not a regular file'),
+    SpecCase("file-kind", "symlink-to-dev-zero", special(_symlink("/dev/zero")), frozenset({"file"}), located=False,
+             says='is a character device, not a regular file'),
+    SpecCase("file-kind", "socket", special(_socket), frozenset({"file"}), located=False,
+             says='is a socket, not a regular file'),
+    SpecCase("file-kind", "missing", special(lambda f: str(f / "nope.yaml")), frozenset({"file"}), located=False,
+             says='No such file'),
+    SpecCase("file-kind", "sparse-2gb", special(_sparse), frozenset({"file"}), located=False,
+             says='the spec is 2,147,483,648 bytes'),
     SpecCase("file-kind", "over-1mb", raw(lambda: b"# " + b"x" * (1 << 20) + b"\n" + STAGING.encode()),
-             frozenset({"file"}), located=False),
+             frozenset({"file"}), located=False,
+             says='the spec is 1,0'),
     SpecCase("file-kind", "stdin-dev-zero", special(lambda _f: "-"), frozenset({"file"}), located=False,
+             says='the spec is more than 1,048,576 bytes',
              stdin=lambda: b"\0" * ((1 << 20) + 4096)),
     SpecCase("file-kind", "stdin-bool-count", special(lambda _f: "-"), frozenset({"yaml-bool"}),
              stdin=lambda: STAGING.replace("    count: 4\n", "    count: yes\n").encode()),
