@@ -314,9 +314,8 @@ class _Writer:
     def build(self, files: Mapping[str, Content | OutputFile], survey: _Survey,
               file_mode: int | None) -> tuple[dict[str, int], dict[str, str]]:
         staging = self.staging
-        for rel, st in survey.dirs:  # parents first: the survey walked top-down
+        for rel, _st in survey.dirs:  # parents first: the survey walked top-down
             (staging / rel).mkdir(parents=True, exist_ok=True)
-            _own(staging / rel, st)
         sizes: dict[str, int] = {}
         digests: dict[str, str] = {}
         default = 0o666 & ~self.umask
@@ -334,6 +333,8 @@ class _Writer:
                     "files": {n: {"sha256": digests[n], "size": sizes[n]} for n in files}}
         _write(staging / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n", 0o644 & ~self.umask,
                self.check)
+        for rel, st in reversed(survey.dirs):  # their modes last: a read-only folder of yours still took the files
+            _own(staging / rel, st)
         for rel in sorted({p for n in files for p in _parents(n)} | {d for d, _ in survey.dirs} | {""},
                           key=len, reverse=True):
             _fsync_dir(staging / rel)
