@@ -33,17 +33,16 @@ def _suppress(findings: list, args: argparse.Namespace) -> list:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from gpucluster.cluster import check_meaning
-    from gpucluster.spec.loader import load_spec
+    from gpucluster.cluster import check_file
 
     try:
-        loaded = load_spec(args.spec)
+        loaded, findings = check_file(args.spec)
     except SpecError as exc:
         if not args.json:
             raise
         _print_json(findings_report(exc.findings, args.spec))
         return 2
-    findings = _suppress(check_meaning(loaded), args)
+    findings = _suppress(findings, args)
     failed = any(f.level == "error" for f in findings)
     spec = loaded.spec
     if args.json:

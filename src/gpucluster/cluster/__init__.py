@@ -4,6 +4,6 @@
 Ansible plugins call it; nothing else parses the YAML or calls the planner.
 """
 
-from gpucluster.cluster.model import CONTRACT_GROUPS, Cluster, check_meaning, cluster_of, load_cluster
+from gpucluster.cluster.model import CONTRACT_GROUPS, Cluster, check_file, check_meaning, cluster_of, load_cluster
 
-__all__ = ["CONTRACT_GROUPS", "Cluster", "check_meaning", "cluster_of", "load_cluster"]
+__all__ = ["CONTRACT_GROUPS", "Cluster", "check_file", "check_meaning", "cluster_of", "load_cluster"]

@@ -256,6 +256,12 @@ def check_meaning(loaded: LoadedSpec) -> list[Finding]:
     return _compile(loaded)[0]
 
 
+def check_file(path: str | Path) -> tuple[LoadedSpec, list[Finding]]:
+    """`gpucluster check`: the spec's syntax layer (raises SpecError) and every finding of meaning."""
+    loaded = load_spec(path)
+    return loaded, check_meaning(loaded)
+
+
 def load_cluster(path: str | Path) -> Cluster:
     """Read, check and plan a spec file: the one way into gpucluster. Raises SpecError."""
     return cluster_of(load_spec(path))
