@@ -116,8 +116,7 @@ def in_child(work) -> tuple[int, str]:
     os.close(w)
     with os.fdopen(r, "rb") as fh:
         text = fh.read().decode("utf-8", "replace")
-    _pid, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), text
+    return wait_or_kill(pid, "the child"), text
 
 
 def send(names: tuple[str, ...]) -> None:
@@ -197,6 +196,19 @@ def check_state(out: Path, sets: dict) -> str:
     return "old" if got == sets["old"] else "new"
 
 
+def wait_or_kill(pid: int, what: str, seconds: float = 30) -> int:
+    """The child's exit code; a child still running long after its signal lost the signal: fail, not hang."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail(f"{what}: the child was still running {seconds} s after its signal (the signal was lost)")
+
+
 def test_random_kills_in_process(tmp_path, specs, sets):
     """200 kills, SIGINT and SIGTERM in turn, of a child that renders the two specs in turn as fast as it
     can: each kill lands at a random point of a load, a render or a write."""
@@ -242,8 +254,7 @@ def test_random_kills_in_process(tmp_path, specs, sets):
         os.close(r)
         time.sleep(rng.uniform(0, 2.5 * one))
         os.kill(pid, sig)
-        _pid, status = os.waitpid(pid, 0)
-        code = os.waitstatus_to_exitcode(status)
+        code = wait_or_kill(pid, f"kill {i} ({signal.Signals(sig).name})")
         assert code in (130, -signal.SIGTERM, 1), f"kill {i}: exit {code}"
         seen[check_state(out, sets)] += 1
     print(f"\n200 kills ({one * 1000:.0f} ms a render): the folder held the old set {seen['old']} times, "
