@@ -28,7 +28,7 @@ from hostile.corpus import OUTPUT_CASES, SIGNAL_CASES
 import gpucluster.outputs as outputs
 from gpucluster.cli import main
 from gpucluster.errors import UsageError
-from gpucluster.outputs import MANIFEST, OutputFile, read_manifest, write_set
+from gpucluster.outputs import MANIFEST, OutputFile, read_manifest, write_file, write_set
 
 
 def snapshot(folder: Path) -> dict[str, bytes | None]:
@@ -411,3 +411,27 @@ def test_render_writes_into_the_output_folder_not_beside_it(tmp_path):
     assert quiet_main(["render", str(example_path("staging")), "-o", str(out), "--no-cabling"])[0] == 0
     assert not (out / "cabling.csv").exists()
     assert (out / "README.local").read_text() == "site notes\n"
+
+
+def test_write_file_replaces_one_file_among_others(tmp_path):
+    """One output in a folder of the user's (an as-built file in the current folder): only that file changes."""
+    (tmp_path / "notes.txt").write_text("mine\n")
+    assert write_file(tmp_path / "topo.txt", "1\n") == 2
+    assert write_file(tmp_path / "topo.txt", lambda: iter(["2", "\n"]), mode=0o600) == 2
+    assert snapshot(tmp_path) == {"notes.txt": b"mine\n", "topo.txt": b"2\n"}
+    assert os.stat(tmp_path / "topo.txt").st_mode & 0o777 == 0o600
+
+
+def test_write_file_changes_nothing_on_failure(tmp_path):
+    (tmp_path / "topo.txt").write_text("old\n")
+
+    def broken():
+        yield "half"
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(UsageError, match="nothing was changed"):
+        write_file(tmp_path / "topo.txt", broken)
+    assert snapshot(tmp_path) == {"topo.txt": b"old\n"}
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(UsageError, match="is a folder"):
+        write_file(tmp_path / "dir", "x")

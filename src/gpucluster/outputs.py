@@ -12,6 +12,11 @@ API
         `folder_mode` for the folder (secrets: 0o700), default the old folder's (a new one: 0o777 & ~umask).
         Returns Written(folder, sizes, removed, kept). Raises UsageError (nothing changed) when the
         folder cannot take the set, and ValueError for a bad name (a caller's bug).
+    write_file(path, content, *, mode=None) -> int
+        One file replaced atomically among files that are not gpucluster's (a sibling temporary folder,
+        fsync, one rename), with the same signal handling: for a single output that lives in a folder of
+        the user's (an as-built topology file in the current folder), where write_set's whole-folder
+        semantics would be wrong. Returns its size.
     read_manifest(folder) -> {name: sha256} of the set gpucluster last wrote there ({} if none).
     MANIFEST: the manifest's file name, `.gpucluster-manifest.json`, inside the folder.
 
@@ -95,6 +100,23 @@ def write_set(folder: str | Path, files: Mapping[str, Content | OutputFile], *, 
         sizes, _digests = writer.build(files, survey, file_mode)
         writer.swap(survey, folder_mode)
     return Written(target, sizes, tuple(sorted(survey.stale)), tuple(survey.kept))
+
+
+def write_file(path: str | Path, content: Content, *, mode: int | None = None) -> int:
+    """Replace one file atomically, leaving its folder's other files alone (module docstring: API)."""
+    path = Path(os.path.abspath(path))
+    if str(path).startswith(_VIRTUAL) or path.parent == path:
+        raise UsageError(f"{path}: not a place to write a file; choose a path of your own")
+    if os.path.isdir(path):
+        raise UsageError(f"{path}: is a folder; give the path of a file")
+    umask = _umask()
+    with _Signals() as signals, _Writer(path, umask, signals.check) as writer:
+        size, _digest = _write(writer.staging / path.name, content, 0o666 & ~umask if mode is None else mode,
+                               signals.check)
+        signals.check()  # the last point where a signal leaves the old file in place
+        os.replace(writer.staging / path.name, path)
+        _fsync_dir(path.parent)
+    return size
 
 
 def read_manifest(folder: str | Path) -> dict[str, str]:
@@ -487,4 +509,4 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
-__all__ = ["MANIFEST", "MAX_CARRIED", "OutputFile", "Written", "read_manifest", "write_set"]
+__all__ = ["MANIFEST", "MAX_CARRIED", "OutputFile", "Written", "read_manifest", "write_file", "write_set"]
