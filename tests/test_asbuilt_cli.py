@@ -107,8 +107,8 @@ def test_topofile_and_switch_config_write_files(capsys, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["fabric.topo"]  # no temporary left behind
     code, _out, _ = run(capsys, "fabric", "switch-config", META_ROCE, "-o", str(tmp_path / "sw"))
     assert code == 0
-    assert sorted(p.name for p in (tmp_path / "sw").iterdir()) == ["core-eos-qos.cfg", "leaf-sonic-qos.json",
-                                                                   "spine-eos-qos.cfg"]
+    assert sorted(p.name for p in (tmp_path / "sw").iterdir()) == [
+        ".gpucluster-manifest.json", "core-eos-qos.cfg", "leaf-sonic-qos.json", "spine-eos-qos.cfg"]
 
 
 def test_test_plan_json(capsys):

@@ -31,6 +31,7 @@ from conftest import (
 
 from gpucluster.cluster import Cluster
 from gpucluster.errors import UsageError
+from gpucluster.outputs import MANIFEST
 from gpucluster.render import render_all, write_outputs
 from gpucluster.render.slurm import scale_for
 from gpucluster.render.topology import slurm_switches
@@ -348,7 +349,7 @@ def test_groups_with_different_settings_get_their_own_files():
 def test_write_outputs_writes_every_file(tmp_path):
     files = {"a.conf": "a\n", "b.csv": lambda: iter(["x,", "y\n"])}
     assert write_outputs(files, tmp_path / "out") == {"a.conf": 2, "b.csv": 4}
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.conf", "b.csv"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted([MANIFEST, "a.conf", "b.csv"])
     assert (tmp_path / "out" / "b.csv").read_text() == "x,y\n"
 
 

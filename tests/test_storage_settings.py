@@ -79,7 +79,7 @@ BOUNDS = {
                          "too_long"),
     # ---- root_squash, mount options and timeout
     "root squash": Bound("flash", {"root_squash": True}, None),
-    "root squash as a number": Bound("flash", {"root_squash": 5}, "root_squash", "bool_parsing"),
+    "root squash as a number": Bound("flash", {"root_squash": 5}, "root_squash", "bool_type"),
     "mount options": Bound("flash", {"mount_options": ["mfscachemode=AUTO", "mfsattrcacheto=1.0", "nosuid"]}, None),
     "a mount option with a comma": Bound("flash", {"mount_options": ["a,b"]}, "mount_options[0]",
                                          "string_pattern_mismatch"),
@@ -96,7 +96,7 @@ BOUNDS = {
                                               "value_error"),
     "an extra key fixed by the template": Bound("flash", {"chunkserver_extra": {"WORKING_USER": "root"}},
                                                 "chunkserver_extra", "value_error"),
-    "a lower-case extra key": Bound("flash", {"master_extra": {"atime_mode": 4}}, "master_extra.atime_mode.[key]",
+    "a lower-case extra key": Bound("flash", {"master_extra": {"atime_mode": 4}}, "master_extra.atime_mode",
                                     "string_pattern_mismatch"),
     "a boolean extra value": Bound("flash", {"master_extra": {"LOCK_MEMORY": True}}, "master_extra.LOCK_MEMORY",
                                    "value_error"),

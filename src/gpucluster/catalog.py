@@ -6,7 +6,17 @@ Keys are what a spec writes (`gpu: h100-sxm5-80g`). A spec can add or override e
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, Strict
+
+from gpucluster.fields import MAX_LIST, MAX_PORTS, MAX_SPEED_GBPS, Bool, Int, Label, PartKey, Text
+
+# Bounds: a part is consumed by the planner (port counts, divisors of uplinks), gres.conf (GPU counts),
+# bom.csv and the racks sum (rack units), so each number is bounded by what those can mean.
+Fabric = Literal["infiniband", "roce"]
+PortSpeed = Annotated[int, Strict(), Field(ge=1, le=MAX_SPEED_GBPS)]
+PortCount = Annotated[int, Strict(), Field(ge=1, le=MAX_PORTS)]
 
 
 class _Part(BaseModel):
@@ -14,31 +24,36 @@ class _Part(BaseModel):
 
 
 class GpuModel(_Part):
-    vendor: str = Field(pattern="^(nvidia|amd)$")
-    name: str
-    memory_gb: int = Field(gt=0)
-    slurm_type: str = Field(pattern=r"^[a-z0-9_]+$", description="GRES type; a substring of the detected name")
-    allowed_per_node: tuple[int, ...] = Field(min_length=1, description="GPU counts the platform is built with")
-    devices_per_card: int = Field(default=1, ge=1, description="MI250X: 2 GCDs per card, each a GPU to Slurm")
-    nvswitch_at: tuple[int, ...] = Field(
-        default=(), description="GPU counts whose baseboard joins the GPUs through NVSwitch (needs Fabric Manager)")
+    vendor: Text = Field(pattern="^(nvidia|amd)$")
+    name: Label
+    memory_gb: Int = Field(ge=1, le=4096)
+    slurm_type: Text = Field(pattern=r"^[a-z0-9_]+$", max_length=64,
+                             description="GRES type; a substring of the detected name")
+    allowed_per_node: tuple[Annotated[int, Strict(), Field(ge=1, le=16)], ...] = Field(
+        min_length=1, max_length=16, description="GPU counts the platform is built with (gpus_per_node <= 16)")
+    devices_per_card: Int = Field(default=1, ge=1, le=8, description="MI250X: 2 GCDs per card, each a GPU to Slurm")
+    nvswitch_at: tuple[Annotated[int, Strict(), Field(ge=1, le=16)], ...] = Field(
+        default=(), max_length=16,
+        description="GPU counts whose baseboard joins the GPUs through NVSwitch (needs Fabric Manager)")
 
 
 class NicModel(_Part):
-    name: str
-    speed_gbps: int = Field(gt=0)
-    fabrics: tuple[str, ...] = Field(min_length=1, description="infiniband and/or roce")
-    hca_prefix: str = Field(default="mlx5_", pattern=r"^[A-Za-z0-9_.-]*$", description="lands in nccl-env.sh")
-    rdma: bool = Field(default=True, description="an RDMA device (/sys/class/infiniband): health-checked")
+    name: Label
+    speed_gbps: PortSpeed
+    fabrics: tuple[Fabric, ...] = Field(min_length=1, max_length=2, description="infiniband and/or roce")
+    hca_prefix: Text = Field(default="mlx5_", pattern=r"^[A-Za-z0-9_.-]*$", max_length=32,
+                             description="lands in nccl-env.sh")
+    rdma: Bool = Field(default=True, description="an RDMA device (/sys/class/infiniband): health-checked")
 
 
 class SwitchModel(_Part):
-    name: str
-    vendor: str = Field(default="generic", pattern=r"^[a-z][a-z0-9-]*$",
-                        description="picks the switch-side config flavour: arista -> EOS, others -> SONiC")
-    ports: dict[int, int] = Field(min_length=1, description="link speed in Gb/s -> port count at that speed")
-    fabrics: tuple[str, ...] = Field(min_length=1)
-    rack_units: int = Field(default=1, ge=1)
+    name: Label
+    vendor: Text = Field(default="generic", pattern=r"^[a-z][a-z0-9-]*$", max_length=32,
+                         description="picks the switch-side config flavour: arista -> EOS, others -> SONiC")
+    ports: dict[PortSpeed, PortCount] = Field(min_length=1, max_length=8,
+                                              description="link speed in Gb/s -> port count at that speed")
+    fabrics: tuple[Fabric, ...] = Field(min_length=1, max_length=2)
+    rack_units: Int = Field(default=1, ge=1, le=64, description="a rack is at most 52U; a director spans one")
 
     def radix(self, speed_gbps: int) -> int:
         return self.ports.get(speed_gbps, 0)
@@ -91,9 +106,9 @@ class Catalog(BaseModel):
     """The merged catalog a spec sees: built-ins plus the spec's own entries."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    gpus: dict[str, GpuModel] = Field(default_factory=dict)
-    nics: dict[str, NicModel] = Field(default_factory=dict)
-    switches: dict[str, SwitchModel] = Field(default_factory=dict)
+    gpus: dict[PartKey, GpuModel] = Field(default_factory=dict, max_length=MAX_LIST)
+    nics: dict[PartKey, NicModel] = Field(default_factory=dict, max_length=MAX_LIST)
+    switches: dict[PartKey, SwitchModel] = Field(default_factory=dict, max_length=MAX_LIST)
 
     def merged(self) -> Catalog:
         return Catalog(gpus={**GPUS, **self.gpus}, nics={**NICS, **self.nics},

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ from gpucluster.asbuilt import cli as fabric_cli
 from gpucluster.configure import cli as configure_cli
 from gpucluster.demo import cli as demo_cli
 from gpucluster.emulate import cli as emulate_cli
-from gpucluster.errors import OperationError, SpecError, UsageError
+from gpucluster.errors import OperationError, SpecError, UsageError, findings_report, suppressed
 from gpucluster.health import cli as health_cli
 from gpucluster.inventory import cli as inventory_cli
 from gpucluster.stage import cli as stage_cli
@@ -25,20 +26,45 @@ from gpucluster.validate import cli as validate_cli
 SUBCOMMANDS = (stage_cli, inventory_cli, configure_cli, validate_cli, emulate_cli, fabric_cli, health_cli, demo_cli)
 
 
+def _print_json(data: dict) -> None:
+    # allow_nan=False: the spec refuses NaN and infinity, so one here is a bug, never invalid JSON on stdout
+    print(json.dumps(data, indent=2, allow_nan=False))
+
+
+def _suppress(findings: list, args: argparse.Namespace) -> list:
+    """--suppress RULE drops warnings of that rule; an error is never dropped (and we say so)."""
+    kept, refused = suppressed(findings, args.suppress or ())
+    for rule in refused:
+        print(f"note: --suppress {rule} does not apply to errors", file=sys.stderr)
+    return kept
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from gpucluster.cluster import check_file
     from gpucluster.report.terminal import Screen, print_check
 
-    loaded, findings = check_file(args.spec)
+    try:
+        loaded, findings = check_file(args.spec)
+    except SpecError as exc:
+        if not args.json:
+            raise
+        _print_json(findings_report(exc.findings, args.spec))
+        return 2
+    findings = _suppress(findings, args)
+    failed = any(f.level == "error" for f in findings)
+    spec = loaded.spec
+    nodes = sum(g.count for g in spec.node_groups)
+    if args.json:
+        extra = {} if failed else {"node_groups": len(spec.node_groups), "nodes": nodes}
+        _print_json(findings_report(findings, args.spec, **extra))
+        return 2 if failed else 0
     rich = False if args.no_color else None
     err = Screen(sys.stderr, rich=rich)
-    if any(f.level == "error" for f in findings):
+    if failed:
         for f in findings:
             err.finding(f)
         raise SpecError([])  # already printed
-    spec = loaded.spec
-    print_check(Screen(rich=rich), err, args.spec, len(spec.node_groups), sum(g.count for g in spec.node_groups),
-                findings)
+    print_check(Screen(rich=rich), err, args.spec, len(spec.node_groups), nodes, findings)
     return 0
 
 
@@ -48,7 +74,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if args.pod is not None and not (args.svg or args.html):
         raise UsageError("--pod chooses what the diagram expands: give --svg FILE or --html FILE with it")
-    cluster = load_cluster(args.spec)
+    try:
+        cluster = load_cluster(args.spec)
+    except SpecError as exc:
+        if not args.json:
+            raise
+        _print_json(findings_report(exc.findings, args.spec))
+        return 2
     if args.svg or args.html:
         from gpucluster.report.files import write_report
 
@@ -58,11 +90,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
             return 0
     summary = plan_summary(cluster.plan)
     if args.json:
-        print(json.dumps(summary, indent=2))
+        _print_json(summary)
         return 0
     from gpucluster.report.terminal import Screen, print_plan
 
-    print_plan(Screen(rich=False if args.no_color else None), cluster.plan, summary, cluster.warnings)
+    print_plan(Screen(rich=False if args.no_color else None), cluster.plan, summary,
+               _suppress(cluster.warnings, args))
     return 0
 
 
@@ -91,17 +124,32 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rule_name(text: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a rule name (the word in [brackets] after a finding)")
+    return text
+
+
+def _suppress_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--suppress", action="append", metavar="RULE", type=_rule_name,
+                   help="hide warnings of this rule (repeatable); errors are never suppressed")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpucluster", description=__doc__)
     parser.add_argument("--version", action="version", version=f"gpucluster {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    spec_help = "the cluster spec (YAML), or - to read standard input"
     p = sub.add_parser("check", help="validate a cluster spec and report every problem",
                        description="Check a cluster spec: its syntax, then its meaning (radix, rails, Slurm "
                                    "limits, storage). Every problem is reported at once with its file, line, "
                                    "field, rule and fix; exit 2 when there is an error.",
                        epilog="example:\n  gpucluster check examples/staging.yaml",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("spec", help="the cluster spec (YAML), e.g. examples/meta-24k-roce.yaml")
+    p.add_argument("spec", help=f"{spec_help}, e.g. examples/meta-24k-roce.yaml")
+    p.add_argument("--json", action="store_true",
+                   help="findings as JSON (file, line, column, field, rule, level, message, fix) on stdout")
+    _suppress_arg(p)
     p.add_argument("--no-color", action="store_true", help="plain output even on a terminal (also: NO_COLOR=1)")
     p.set_defaults(func=cmd_check)
     p = sub.add_parser("plan", help="physical design: switches per tier, oversubscription, bisection bandwidth",
@@ -114,8 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
                               "  gpucluster plan examples/meta-24k-roce.yaml --html plan.html --svg fabric.svg\n"
                               "  gpucluster plan examples/colossus-200k.yaml --svg pod49.svg --pod 49",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("spec", help="the cluster spec (YAML), e.g. examples/colossus-200k.yaml")
-    p.add_argument("--json", action="store_true", help="machine-readable output (stable keys: docs/spec.md)")
+    p.add_argument("spec", help=f"{spec_help}, e.g. examples/colossus-200k.yaml")
+    p.add_argument("--json", action="store_true", help="machine-readable output (stable keys: docs/spec.md); "
+                                                       "on a bad spec, the findings as check --json prints them")
+    _suppress_arg(p)
     p.add_argument("--svg", metavar="FILE", help="write the fabric diagram (SVG) to FILE")
     p.add_argument("--html", metavar="FILE", help="write the plan as one self-contained HTML page to FILE")
     p.add_argument("--pod", type=int, metavar="N",
@@ -131,9 +181,10 @@ def build_parser() -> argparse.ArgumentParser:
                               "  gpucluster render examples/staging.yaml -o out/staging\n"
                               "  gpucluster render examples/colossus-200k.yaml -o out/colossus --no-cabling",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("spec", help="the cluster spec (YAML), e.g. examples/staging.yaml")
+    p.add_argument("spec", help=f"{spec_help}, e.g. examples/staging.yaml")
     p.add_argument("-o", "--output", required=True, metavar="DIR",
-                   help="output folder (files are replaced atomically)")
+                   help="output folder, replaced as a whole set: readers see the old files or the new ones; "
+                        "files an earlier render wrote and this one does not are removed, yours are kept")
     p.add_argument("--no-cabling", action="store_true", help="skip the per-port cabling map")
     p.add_argument("--no-color", action="store_true", help="plain output even on a terminal (also: NO_COLOR=1)")
     p.add_argument("--slurm-version", metavar="V", help="render for this Slurm release instead of the spec's "

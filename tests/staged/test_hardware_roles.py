@@ -128,7 +128,7 @@ def test_stand_in_device_files_did_not_count(cluster: Converged, node: str) -> N
 def test_nvidia_driver_stack_is_pinned_as_the_lock_says(cluster: Converged, node: str) -> None:
     """The pins file holds every package of the group's stack at the version lock's version (written also
     where the driver itself waits for a GPU), and nothing was installed from NVIDIA's repository."""
-    stack = stack_filters().driver_stack(str(SPEC), group_of(node))
+    stack = stack_filters().driver_stack(state_of(SPEC), group_of(node))
     prefs = cluster.host(node).file("/etc/apt/preferences.d/gpucluster-nvidia").content_string
     for part in ("driver", "fabric_manager", "dcgm"):
         pin = stack["pins"].get(part)

@@ -121,7 +121,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_topofile(args: argparse.Namespace) -> int:
     from gpucluster.cluster import load_cluster
-    from gpucluster.render import write_outputs
+    from gpucluster.outputs import write_file
     from gpucluster.render.ibtopo import topofile
 
     cluster = load_cluster(args.spec)
@@ -131,8 +131,8 @@ def cmd_topofile(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.is_dir():
         raise UsageError(f"{out}: is a folder; give the topology file's path, e.g. -o {out / 'fabric.topo'}")
-    sizes = write_outputs({out.name: lambda: topofile(cluster.plan)}, out.parent if str(out.parent) else Path("."))
-    print(f"wrote {out} ({sizes[out.name]:,} bytes); check the fabric with: ibdiagnet -t {out}")
+    size = write_file(out, lambda: topofile(cluster.plan))
+    print(f"wrote {out} ({size:,} bytes); check the fabric with: ibdiagnet -t {out}")
     return 0
 
 

@@ -225,8 +225,8 @@ class Cluster:
 
 def _located(loaded: LoadedSpec, findings: list[Finding]) -> list[Finding]:
     name = str(loaded.source)
-    return [Finding(f.path, f.message, f.fix, f.rule, f.level, f.file or name, f.line or loaded.line(f.path))
-            for f in findings]
+    return [Finding(f.path, f.message, f.fix, f.rule, f.level, f.file or name, f.line or loaded.line(f.path),
+                    f.column or loaded.column(f.path)) for f in findings]
 
 
 def _compile(loaded: LoadedSpec) -> tuple[list[Finding], Plan | None]:

@@ -17,12 +17,12 @@ import re
 import secrets
 import stat
 import string
-import tempfile
 from pathlib import Path
 
 import yaml
 
 from gpucluster.errors import UsageError
+from gpucluster.outputs import write_file
 
 SECRET_VARS = ("munge_key_b64", "slurm_dbd_password")
 MUNGE_KEY_BYTES = 1024  # what `mungekey` makes; munged needs at least 32
@@ -64,11 +64,7 @@ def write_secrets_file(values: dict, path: Path) -> Path:
         raise UsageError(f"no clear value for {', '.join(missing)}")
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".secrets-", dir=path.parent)  # 0600 from creation
-        with os.fdopen(fd, "w") as fh:
-            json.dump(values, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        os.replace(tmp, path)
+        write_file(path, json.dumps(values, indent=2, sort_keys=True) + "\n", mode=0o600)  # 0600 from creation
     except OSError as exc:
         raise UsageError(f"{path}: cannot write the secrets file ({exc.strerror or exc})") from None
     return path

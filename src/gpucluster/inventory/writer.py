@@ -10,14 +10,13 @@ Connection details (address, port, user, key) are the only per-host data, and on
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import yaml
 
 from gpucluster.cluster import CONTRACT_GROUPS, Cluster
 from gpucluster.errors import UsageError
+from gpucluster.outputs import write_set
 from gpucluster.spec.model import NodeGroup
 
 GROUPS = CONTRACT_GROUPS
@@ -125,28 +124,11 @@ def inventory_files(data: dict) -> dict[str, str]:
 
 
 def write_inventory_data(outdir: Path, data: dict) -> Path:
-    """Write the inventory folder (ours, or a Pulumi stack's export): hosts.yml and group_vars/. Files a
-    previous run wrote and this one does not are removed; files an operator added are kept."""
-    files = inventory_files(data)
-    outdir = Path(outdir)
-    try:
-        (outdir / "group_vars").mkdir(parents=True, exist_ok=True)
-        staged = []
-        for rel, text in files.items():
-            target = outdir / rel
-            fd, tmp = tempfile.mkstemp(prefix=".gpucluster-", dir=target.parent)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(text)
-            os.chmod(tmp, 0o644)
-            staged.append((tmp, target))
-        for tmp, target in staged:
-            os.replace(tmp, target)
-        for old in (outdir / "group_vars").glob("nodegroup_*.yml"):
-            if f"group_vars/{old.name}" not in files and old.read_text().startswith(HEADER):
-                old.unlink()
-    except OSError as exc:
-        raise UsageError(f"{outdir}: cannot write the inventory ({exc.strerror or exc})") from None
-    return outdir / "hosts.yml"
+    """Write the inventory folder (ours, or a Pulumi stack's export): hosts.yml and group_vars/ as one set
+    (`gpucluster.outputs`: Ansible reads the old inventory or the new one, never a mix). Files a previous
+    run wrote and this one does not are removed; files an operator added are kept."""
+    write_set(outdir, inventory_files(data), file_mode=0o644)
+    return Path(outdir) / "hosts.yml"
 
 
 def write_inventory(outdir: Path, cluster: Cluster, connection: dict[str, dict] | None = None,

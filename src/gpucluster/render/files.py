@@ -1,13 +1,10 @@
-"""Render every output of a plan, and write them atomically."""
+"""Render every output of a plan, and write them as one set (gpucluster.outputs)."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -16,6 +13,7 @@ from gpucluster.cluster import Cluster
 from gpucluster.errors import UsageError
 from gpucluster.fabric.cabling import CABLING_HEADER, bom_rows, cabling_rows
 from gpucluster.fabric.summary import plan_summary
+from gpucluster.outputs import write_set
 from gpucluster.render.health.files import generated as health_files
 from gpucluster.render.ibtopo import topofile
 from gpucluster.render.nccl import gpu_environment, nccl_settings
@@ -121,32 +119,10 @@ def _chain(first: str, rest: Iterable[str]) -> Iterable[str]:
 
 
 def write_outputs(files: dict[str, Output], outdir: Path) -> dict[str, int]:
-    """Write all files or none: everything goes to a temporary folder beside outdir, then each file is
-    renamed into place. Returns sizes in bytes."""
-    outdir = Path(outdir)
+    """Write all files as one set, or change nothing (`gpucluster.outputs`): readers of outdir see the
+    old set or the new one, files an earlier render wrote and this one does not are removed, the user's
+    own files stay. Returns sizes in bytes."""
     try:
-        outdir.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".gpucluster-", dir=outdir))
-    except OSError as exc:
-        raise UsageError(f"{outdir}: cannot create the output folder ({exc.strerror or exc}); "
-                         "choose a writable path with -o") from None
-    sizes: dict[str, int] = {}
-    try:
-        for name, value in files.items():
-            target = tmp / name
-            with open(target, "w", encoding="utf-8", newline="") as fh:
-                if isinstance(value, str):
-                    fh.write(value)
-                else:
-                    for chunk in value():
-                        fh.write(chunk)
-                fh.flush()
-                os.fsync(fh.fileno())
-            sizes[name] = target.stat().st_size
-        for name in files:
-            os.replace(tmp / name, outdir / name)
-    except OSError as exc:
-        raise UsageError(f"{outdir}: writing failed ({exc.strerror or exc}); nothing was changed") from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return sizes
+        return write_set(outdir, files).sizes
+    except UsageError as exc:
+        raise UsageError(f"{exc} (the output folder given with -o)") from None

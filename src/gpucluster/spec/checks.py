@@ -3,46 +3,82 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from functools import partial
+from typing import Any
 
-from gpucluster.errors import Finding, did_you_mean
+from gpucluster.errors import Finding, did_you_mean, shown
+from gpucluster.fields import HOST_LABEL, MAX_ALL_NODES, SLURM_MAX_CPUS, SLURM_MAX_NODES
 from gpucluster.spec import stacks
-from gpucluster.spec.model import ClusterSpec
+from gpucluster.spec.model import ClusterSpec, NodeGroup
 from gpucluster.spec.slurm_topology import tree_rules
 from gpucluster.spec.versions import version_rules
 
-RESERVED_MOUNTS = ("/", "/etc", "/usr", "/bin", "/sbin", "/lib", "/proc", "/sys", "/dev", "/boot", "/run",
-                   "/var", "/tmp")
+# System directories no storage tier may mount over or export, each with what it holds. Every one is
+# a prefix (a mount at /etc/x hides part of /etc; exporting /var/x can hand out /var/lib/munge), except
+# '/' itself. The Slurm and munge directories sit under these and are named for the message.
+RESERVED_DIRS = {
+    "/etc": "the node's configuration", "/usr": "the installed software", "/var": "the node's state and logs",
+    "/boot": "the kernel and boot loader", "/proc": "the kernel's process file system",
+    "/sys": "the kernel's device file system", "/dev": "the device files", "/run": "the running services' state",
+    "/tmp": "the world-writable temporary folder", "/bin": "the system programs",
+    "/sbin": "the system programs", "/lib": "the system libraries", "/lib64": "the system libraries",
+    "/root": "root's home", "/etc/slurm": "Slurm's configuration", "/etc/munge": "munge's key",
+    "/var/lib/munge": "munge's state", "/run/munge": "munge's socket", "/var/log/munge": "munge's log",
+    "/var/spool/slurmctld": "slurmctld's state", "/var/spool/slurmd": "slurmd's spool",
+    "/var/lib/slurm": "Slurm's state", "/var/log/slurm": "Slurm's logs", "/run/slurm": "Slurm's runtime files",
+}
+
+
+def reserved(path: str) -> tuple[str, str] | None:
+    """(reserved directory, what it holds) that `path` (normalised) is or lies under, the most specific one."""
+    if path == "/":
+        return "/", "the root file system"
+    hits = [d for d in RESERVED_DIRS if path == d or path.startswith(d + "/")]
+    if not hits:
+        return None
+    best = max(hits, key=len)
+    return best, RESERVED_DIRS[best]
 
 
 def check_rules(spec: ClusterSpec) -> Iterator[Finding]:
     """The rules of meaning alone (no planner): what `gpucluster.cluster` runs before it plans."""
-    return _rules(spec)
+    for unit in rule_units(spec):
+        yield from unit()
 
 
-def _rules(spec: ClusterSpec) -> Iterator[Finding]:
-    yield from _catalog_refs(spec)
-    yield from _groups(spec)
-    yield from _partitions(spec)
-    yield from _slurm(spec)
-    yield from version_rules(spec)
-    yield from tree_rules(spec)
-    yield from _parameters(spec)
-    yield from _fabric(spec)
-    yield from _storage(spec)
-    yield from stacks.check(spec)  # drivers: and health: sections (issue 14)
+Unit = Callable[[], Iterable[Finding]]
 
 
-def _catalog_refs(spec: ClusterSpec) -> Iterator[Finding]:
+def rule_units(spec: ClusterSpec) -> list[Unit]:
+    """Every rule, in report order, as units of work: one per node group for the per-group rules, one
+    for each cross-cutting rule. `gpucluster.spec.partial` runs each unit on its own, so on a spec whose
+    syntax failed in one group, a unit that reads a refused value stops alone and the other groups
+    are still checked."""
+    groups = _listed(lambda: spec.node_groups)
+    units: list[Unit] = [partial(_group_catalog, spec, i, g) for i, g in groups]
+    units += [partial(_switch_catalog, spec), partial(_size, spec), partial(_duplicate_groups, spec)]
+    units += [partial(_group, spec, i, g) for i, g in groups]
+    units += [partial(_limits, ("node_groups", i), g) for i, g in groups]
+    units += [partial(rule, spec) for rule in (_collisions, _roles, _partitions, _slurm, version_rules,
+                                                tree_rules, _parameters, _fabric)]
+    units.append(partial(stacks.check, spec))  # the drivers: and health: sections (issue 14)
+    return units + _storage_units(spec)
+
+
+def _group_catalog(spec: ClusterSpec, i: int, g: NodeGroup) -> Iterator[Finding]:
     parts = spec.parts
-    for i, g in enumerate(spec.node_groups):
-        at = ("node_groups", i)
-        if g.gpu is not None and g.gpu not in parts.gpus:
-            yield Finding(at + ("gpu",), f"'{g.gpu}' is not a known GPU",
-                          did_you_mean(g.gpu, parts.gpus) or f"use one of {', '.join(parts.gpus)}", "catalog")
-        if g.nic is not None and g.nic not in parts.nics:
-            yield Finding(at + ("nic",), f"'{g.nic}' is not a known NIC",
-                          did_you_mean(g.nic, parts.nics) or f"use one of {', '.join(parts.nics)}", "catalog")
+    at = ("node_groups", i)
+    if g.gpu is not None and g.gpu not in parts.gpus:
+        yield Finding(at + ("gpu",), f"'{g.gpu}' is not a known GPU",
+                      did_you_mean(g.gpu, parts.gpus) or f"use one of {', '.join(parts.gpus)}", "catalog")
+    if g.nic is not None and g.nic not in parts.nics:
+        yield Finding(at + ("nic",), f"'{g.nic}' is not a known NIC",
+                      did_you_mean(g.nic, parts.nics) or f"use one of {', '.join(parts.nics)}", "catalog")
+
+
+def _switch_catalog(spec: ClusterSpec) -> Iterator[Finding]:
+    parts = spec.parts
     for tier, model in spec.fabric.switches.items():
         if model not in parts.switches:
             yield Finding(("fabric", "switches", tier), f"'{model}' is not a known switch",
@@ -53,41 +89,46 @@ def _catalog_refs(spec: ClusterSpec) -> Iterator[Finding]:
                           f"pick a switch for {spec.fabric.type}", "fabric-type")
 
 
-def _groups(spec: ClusterSpec) -> Iterator[Finding]:
-    parts = spec.parts
+def _duplicate_groups(spec: ClusterSpec) -> Iterator[Finding]:
     names = Counter(g.name for g in spec.node_groups)
     for i, g in enumerate(spec.node_groups):
-        at = ("node_groups", i)
         if names[g.name] > 1:
-            yield Finding(at + ("name",), f"node group '{g.name}' is declared {names[g.name]} times",
+            yield Finding(("node_groups", i, "name"), f"node group '{g.name}' is declared {names[g.name]} times",
                           "give each group its own name", "duplicate")
-        if bool(g.gpu) != bool(g.gpus_per_node):
-            yield Finding(at + ("gpus_per_node",), "gpu and gpus_per_node go together",
-                          "set both (a GPU model and its count per node) or neither", "gpu-count")
-        elif g.gpu in parts.gpus:
-            model = parts.gpus[g.gpu]
-            if g.gpus_per_node not in model.allowed_per_node:
-                yield Finding(at + ("gpus_per_node",),
-                              f"{g.gpus_per_node} x {g.gpu} is not a count the platform is built with",
-                              f"use one of {list(model.allowed_per_node)}", "gpu-count")
-        if bool(g.nic) != bool(g.nics_per_node):
-            yield Finding(at + ("nics_per_node",), "nic and nics_per_node go together",
-                          "set both (a NIC model and its count per node) or neither", "nic-count")
-        elif g.nic in parts.nics and spec.fabric.type not in parts.nics[g.nic].fabrics:
-            yield Finding(at + ("nic",), f"'{g.nic}' does not speak {spec.fabric.type}",
-                          f"pick a NIC for {spec.fabric.type}", "fabric-type")
-        if g.hcas is not None and len(g.hcas) != g.nics_per_node:
-            yield Finding(at + ("hcas",), f"{len(g.hcas)} HCA names for {g.nics_per_node} NICs",
-                          "name one HCA per NIC", "rails")
-        if g.role != "compute" and g.gpus_per_node:
-            yield Finding(at + ("role",), f"a {g.role} group with GPUs is never scheduled by Slurm",
-                          "make it role: compute, or drop its GPUs", "role", level="warning")
-        if not g.hostname.endswith("#"):
-            # Slurm's hostlists take no text after the bracket: slurmctld refuses NodeName=gpu[01-04]-ib
-            yield Finding(at + ("hostname",), f"'{g.hostname}' has text after the index; Slurm cannot list "
-                          f"such names as a range ({g.hostlist})", "end the hostname with the '#' run",
-                          "hostname")
-    yield from _collisions(spec)
+
+
+def _group(spec: ClusterSpec, i: int, g: NodeGroup) -> Iterator[Finding]:
+    parts = spec.parts
+    at = ("node_groups", i)
+    if bool(g.gpu) != bool(g.gpus_per_node):
+        yield Finding(at + ("gpus_per_node",), "gpu and gpus_per_node go together",
+                      "set both (a GPU model and its count per node) or neither", "gpu-count")
+    elif g.gpu in parts.gpus:
+        model = parts.gpus[g.gpu]
+        if g.gpus_per_node not in model.allowed_per_node:
+            yield Finding(at + ("gpus_per_node",),
+                          f"{g.gpus_per_node} x {g.gpu} is not a count the platform is built with",
+                          f"use one of {list(model.allowed_per_node)}", "gpu-count")
+    if bool(g.nic) != bool(g.nics_per_node):
+        yield Finding(at + ("nics_per_node",), "nic and nics_per_node go together",
+                      "set both (a NIC model and its count per node) or neither", "nic-count")
+    elif g.nic in parts.nics and spec.fabric.type not in parts.nics[g.nic].fabrics:
+        yield Finding(at + ("nic",), f"'{g.nic}' does not speak {spec.fabric.type}",
+                      f"pick a NIC for {spec.fabric.type}", "fabric-type")
+    if g.hcas is not None and len(g.hcas) != g.nics_per_node:
+        yield Finding(at + ("hcas",), f"{len(g.hcas)} HCA names for {g.nics_per_node} NICs",
+                      "name one HCA per NIC", "rails")
+    if g.role != "compute" and g.gpus_per_node:
+        yield Finding(at + ("role",), f"a {g.role} group with GPUs is never scheduled by Slurm",
+                      "make it role: compute, or drop its GPUs", "role", level="warning")
+    if not g.hostname.endswith("#"):
+        # Slurm's hostlists take no text after the bracket: slurmctld refuses NodeName=gpu[01-04]-ib
+        yield Finding(at + ("hostname",), f"'{g.hostname}' has text after the index; Slurm cannot list "
+                      f"such names as a range ({g.hostlist})", "end the hostname with the '#' run",
+                      "hostname")
+
+
+def _roles(spec: ClusterSpec) -> Iterator[Finding]:
     roles = Counter(g.role for g in spec.node_groups)
     if roles["controller"] == 0:
         yield Finding(("node_groups",), "no controller group", "add a group with role: controller (1 or 2 nodes)",
@@ -98,22 +139,57 @@ def _groups(spec: ClusterSpec) -> Iterator[Finding]:
                           "use 1 or 2 controller nodes", "roles")
 
 
+def _limits(at: tuple, g: NodeGroup) -> Iterator[Finding]:
+    """What Slurm and DNS take from one group: a 63-character host label, CPUs= as a 16-bit count."""
+    last = g.host(g.count - 1)
+    if len(last) > HOST_LABEL:
+        field = "first_index" if g.first_index else "hostname"
+        yield Finding(at + (field,), f"the last hostname, {shown(last, 80)}, is {len(last)} characters; a host "
+                      f"label holds at most {HOST_LABEL} (slurmctld's hostlist cuts longer names)",
+                      "lower first_index or shorten the hostname pattern", "hostname")
+    if g.cpu.cpus > SLURM_MAX_CPUS:
+        yield Finding(at + ("cpu",), f"{g.cpu.cpus} CPUs per node exceed Slurm's {SLURM_MAX_CPUS:,} (CPUs= is 16 bits)",
+                      "lower sockets, cores_per_socket or threads_per_core", "slurm-limit")
+
+
 def _collisions(spec: ClusterSpec) -> Iterator[Finding]:
     """Hostnames two groups both generate. Names are only built for groups whose fixed parts could
-    produce the same text (one prefix starts the other): 26k names cost 0.1 s, most pairs cost nothing."""
-    groups = list(enumerate(spec.node_groups))
-    for i, g in groups:
-        head, _, _tail = g.hostname.partition("#" * g.digits)
-        for _j, other in groups[:i]:
-            o_head, _, _o_tail = other.hostname.partition("#" * other.digits)
-            if not (head.startswith(o_head) or o_head.startswith(head)):
-                continue
-            clash = set(g.hosts).intersection(other.hosts)
-            if clash:
-                yield Finding(("node_groups", i, "hostname"),
-                              f"hostname {min(clash)} is also generated by group '{other.name}'",
-                              "change hostname or first_index so the groups do not overlap", "hostname-collision")
-                break
+    produce the same text (one prefix starts the other), once each: one pass over at most the cluster's
+    hosts (26k names cost 0.1 s), and nothing for a spec over the node limit (reported by _size)."""
+    if _total(spec) > MAX_ALL_NODES:
+        return
+    heads = [g.hostname.partition("#" * g.digits)[0] for g in spec.node_groups]
+    seen = Counter(heads)
+    starts = {h[:k] for h in heads for k in range(len(h)) if h[:k] in seen}  # heads that start another
+    related = {i for i, h in enumerate(heads)
+               if seen[h] > 1 or h in starts or any(h[:k] in seen for k in range(len(h)))}
+    owner: dict[str, int] = {}
+    for i, g in enumerate(spec.node_groups):
+        if i not in related:
+            continue
+        clash: dict[int, list[str]] = {}
+        for host in g.hosts:
+            j = owner.setdefault(host, i)
+            if j != i:
+                clash.setdefault(j, []).append(host)
+        if clash:
+            j = min(clash)
+            yield Finding(("node_groups", i, "hostname"),
+                          f"hostname {min(clash[j])} is also generated by group '{spec.node_groups[j].name}'",
+                          "change hostname or first_index so the groups do not overlap", "hostname-collision")
+
+
+def _total(spec: ClusterSpec) -> int:
+    return sum(g.count for g in spec.node_groups)
+
+
+def _size(spec: ClusterSpec) -> Iterator[Finding]:
+    """Every host is a name in the inventory, a rack slot and a row of the plan: bound them all."""
+    total = _total(spec)
+    if total > MAX_ALL_NODES:
+        yield Finding(("node_groups",), f"{total:,} nodes in all groups exceed gpucluster's {MAX_ALL_NODES:,} "
+                      f"(Slurm's {SLURM_MAX_NODES:,} compute nodes and as many service nodes)",
+                      "lower the counts, or split the cluster into several specs", "cluster-size")
 
 
 def _partitions(spec: ClusterSpec) -> Iterator[Finding]:
@@ -148,8 +224,9 @@ def _partitions(spec: ClusterSpec) -> Iterator[Finding]:
 
 
 def _slurm(spec: ClusterSpec) -> Iterator[Finding]:
+    # which releases exist, and what each takes, are the version rules (spec/versions.py)
     n = sum(g.count for g in spec.node_groups if g.role == "compute")
-    if n > 65536:
+    if n > SLURM_MAX_NODES:
         yield Finding(("node_groups",), f"{n} compute nodes exceed Slurm's 65,536-node limit",
                       "split the cluster into several Slurm clusters", "slurm-limit")
 
@@ -252,64 +329,119 @@ def _fabric(spec: ClusterSpec) -> Iterator[Finding]:
                       "design")
 
 
-def _storage(spec: ClusterSpec) -> Iterator[Finding]:
-    st = spec.storage
-    names = {g.name: g for g in spec.node_groups}
-    mounts: list[tuple[tuple, str]] = []
+def _storage_units(spec: ClusterSpec) -> list[Unit]:
+    """The storage rules as units: the flash tier, each NFS tier, each mount and export path, the clashes."""
+    tiers = _listed(lambda: spec.storage.nfs)
+    paths = _storage_paths(spec, tiers)
+    return ([partial(_flash, spec)] + [partial(_nfs_tier, spec, i, t) for i, t in tiers]
+            + [partial(_reserved_path, kind, path, value) for kind, path, value in paths]
+            + [partial(_mount_clashes, [(path, value) for kind, path, value in paths if kind == "mount"])])
 
-    def server(path: tuple, group: str) -> Iterator[Finding]:
+
+def _listed(items: Callable[[], Iterable]) -> list[tuple[int, Any]]:
+    """Enumerated items; none where a partial spec (gpucluster.spec.partial) holds a refused list."""
+    try:
+        return list(enumerate(items() or ()))
+    except Exception:
+        return []
+
+
+def _storage_paths(spec: ClusterSpec, tiers: list[tuple[int, Any]]) -> list[tuple[str, tuple, str]]:
+    """(mount or export, field path, value) of every storage path that is text (a partial spec's refused
+    paths are not)."""
+    out: list[tuple[str, tuple, str]] = []
+
+    def add(kind: str, at: tuple, get: Callable[[], Any]) -> None:
+        try:
+            value = get()
+        except Exception:  # no flash tier, or a refused one
+            return
+        if isinstance(value, str):
+            out.append((kind, at, value))
+
+    add("mount", ("storage", "flash", "mount"), lambda: spec.storage.flash.mount)
+    for i, tier in tiers:
+        for j, ex in _listed(lambda tier=tier: tier.exports):
+            at = ("storage", "nfs", i, "exports", j)
+            add("export", at + ("path",), lambda ex=ex: ex.path)
+            add("mount", at + ("mount",), lambda ex=ex: ex.mount)
+    return out
+
+
+def _groups_by_name(spec: ClusterSpec) -> dict[str, NodeGroup]:
+    return {g.name: g for g in spec.node_groups}
+
+
+def _server(names: dict[str, NodeGroup], path: tuple, group: str) -> Iterator[Finding]:
+    if group not in names:
+        yield Finding(path, f"'{group}' is not a node group", did_you_mean(group, names) or
+                      "name a declared storage group", "storage")
+    elif names[group].role != "storage":
+        yield Finding(path, f"'{group}' is a {names[group].role} group", "serve storage from role: storage groups",
+                      "storage")
+
+
+def _clients(names: dict[str, NodeGroup], path: tuple, groups) -> Iterator[Finding]:
+    for j, group in enumerate(groups or ()):
         if group not in names:
-            yield Finding(path, f"'{group}' is not a node group", did_you_mean(group, names) or
-                          "name a declared storage group", "storage")
-        elif names[group].role != "storage":
-            yield Finding(path, f"'{group}' is a {names[group].role} group", "serve storage from role: storage groups",
-                          "storage")
+            yield Finding(path + (j,), f"'{group}' is not a node group", did_you_mean(group, names) or
+                          "name a declared group", "storage")
 
-    def clients(path: tuple, groups) -> Iterator[Finding]:
-        for j, group in enumerate(groups or ()):
-            if group not in names:
-                yield Finding(path + (j,), f"'{group}' is not a node group", did_you_mean(group, names) or
-                              "name a declared group", "storage")
 
-    if st.flash:
-        f = st.flash
-        yield from server(("storage", "flash", "metadata_group"), f.metadata_group)
-        yield from server(("storage", "flash", "chunk_group"), f.chunk_group)
-        yield from clients(("storage", "flash", "client_groups"), f.client_groups)
-        mounts.append((("storage", "flash", "mount"), f.mount))
-        if f.chunk_group in names:
-            servers = names[f.chunk_group].count
-            if f.replicas > servers:
-                yield Finding(("storage", "flash", "replicas"), f"{f.replicas} copies need {f.replicas} chunk servers, "
-                              f"'{f.chunk_group}' has {servers}", "lower replicas or add chunk servers", "storage")
-            if f.target_bandwidth_gbps:
-                write = servers * f.nvme_per_server * f.nvme_gbps / f.replicas
-                if write < f.target_bandwidth_gbps:
-                    need = -(-f.target_bandwidth_gbps * f.replicas // (f.nvme_per_server * f.nvme_gbps))
-                    yield Finding(("storage", "flash", "target_bandwidth_gbps"),
-                                  f"{servers} chunk servers write {write:g} GB/s with {f.replicas} copies, below "
-                                  f"the {f.target_bandwidth_gbps:g} GB/s target",
-                                  f"use at least {int(need)} chunk servers or faster drives", "storage")
-    for i, nfs in enumerate(st.nfs):
-        yield from server(("storage", "nfs", i, "server_group"), nfs.server_group)
-        # One ganesha.conf per server group: its NFSv4 grace and lease times are the server's, not a tier's.
-        first = next(j for j, t in enumerate(st.nfs) if t.server_group == nfs.server_group)
-        for key in ("grace_period", "lease_lifetime"):
-            mine, theirs = getattr(nfs.ganesha, key), getattr(st.nfs[first].ganesha, key)
-            if mine != theirs:
-                yield Finding(("storage", "nfs", i, "ganesha", key), f"{key} {mine} differs from {theirs} of tier "
-                              f"'{st.nfs[first].name}', served by the same group '{nfs.server_group}'",
-                              f"give the tiers of one server group the same {key}", "storage")
-        yield from clients(("storage", "nfs", i, "client_groups"), nfs.client_groups)
-        for j, ex in enumerate(nfs.exports):
-            mounts.append((("storage", "nfs", i, "exports", j, "mount"), ex.mount))
+def _flash(spec: ClusterSpec) -> Iterator[Finding]:
+    f = spec.storage.flash
+    if f is None:
+        return
+    names = _groups_by_name(spec)
+    yield from _server(names, ("storage", "flash", "metadata_group"), f.metadata_group)
+    yield from _server(names, ("storage", "flash", "chunk_group"), f.chunk_group)
+    yield from _clients(names, ("storage", "flash", "client_groups"), f.client_groups)
+    if f.chunk_group in names:
+        servers = names[f.chunk_group].count
+        if f.replicas > servers:
+            yield Finding(("storage", "flash", "replicas"), f"{f.replicas} copies need {f.replicas} chunk servers, "
+                          f"'{f.chunk_group}' has {servers}", "lower replicas or add chunk servers", "storage")
+        if f.target_bandwidth_gbps:
+            write = servers * f.nvme_per_server * f.nvme_gbps / f.replicas
+            if write < f.target_bandwidth_gbps:
+                need = -(-f.target_bandwidth_gbps * f.replicas // (f.nvme_per_server * f.nvme_gbps))
+                yield Finding(("storage", "flash", "target_bandwidth_gbps"),
+                              f"{servers} chunk servers write {write:g} GB/s with {f.replicas} copies, below "
+                              f"the {f.target_bandwidth_gbps:g} GB/s target",
+                              f"use at least {int(need)} chunk servers or faster drives", "storage")
+
+
+def _nfs_tier(spec: ClusterSpec, i: int, nfs) -> Iterator[Finding]:
+    names = _groups_by_name(spec)
+    st = spec.storage
+    yield from _server(names, ("storage", "nfs", i, "server_group"), nfs.server_group)
+    # One ganesha.conf per server group: its NFSv4 grace and lease times are the server's, not a tier's.
+    first = next(j for j, t in enumerate(st.nfs) if t.server_group == nfs.server_group)
+    for key in ("grace_period", "lease_lifetime"):
+        mine, theirs = getattr(nfs.ganesha, key), getattr(st.nfs[first].ganesha, key)
+        if mine != theirs:
+            yield Finding(("storage", "nfs", i, "ganesha", key), f"{key} {mine} differs from {theirs} of tier "
+                          f"'{st.nfs[first].name}', served by the same group '{nfs.server_group}'",
+                          f"give the tiers of one server group the same {key}", "storage")
+    yield from _clients(names, ("storage", "nfs", i, "client_groups"), nfs.client_groups)
+
+
+def _reserved_path(kind: str, path: tuple, value: str) -> Iterator[Finding]:
+    """Mounts and exports alike stay out of the system directories (paths are normalised by the syntax
+    layer: no '..', '//', '.' or trailing '/', so a prefix test on the text holds)."""
+    hit = reserved(value)
+    if hit and kind == "mount":
+        yield Finding(path, f"mounting at {value} hides {hit[1]} ({hit[0]})",
+                      "mount under /mnt, /home, /scratch or similar", "mount-clash")
+    elif hit:
+        yield Finding(path, f"exporting {value} would share {hit[1]} ({hit[0]}) with every client",
+                      "export a folder of its own, e.g. under /export or /srv", "reserved-path")
+
+
+def _mount_clashes(mounts: list[tuple[tuple, str]]) -> Iterator[Finding]:
     for idx, (path, mount) in enumerate(mounts):
-        clean = mount.rstrip("/") or "/"
-        if clean in RESERVED_MOUNTS:
-            yield Finding(path, f"mounting over {clean} hides the node's system files",
-                          "mount under /mnt, /home, /scratch or similar", "mount-clash")
         for other_path, other in mounts[:idx]:
-            o = other.rstrip("/") or "/"
-            if o == clean or clean.startswith(o + "/") or o.startswith(clean + "/"):
-                yield Finding(path, f"mount {clean} clashes with {o} (at {'.'.join(map(str, other_path))})",
+            if other == mount or mount.startswith(other.rstrip("/") + "/") or other.startswith(mount + "/"):
+                yield Finding(path, f"mount {mount} clashes with {other} (at {'.'.join(map(str, other_path))})",
                               "give each tier its own, non-nested mount point", "mount-clash")
+

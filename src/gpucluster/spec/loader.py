@@ -1,168 +1,158 @@
-"""Read a spec file into a `ClusterSpec`, keeping the line of every key so findings can name it.
+"""Read a spec file into a `ClusterSpec`, keeping the line and column of every key so findings can name it.
 
-PyYAML composes the document into nodes that carry their start marks; we build plain Python
-data from those nodes ourselves, which also lets us refuse duplicate keys (YAML silently keeps
-the last) and keep '1:1' a string (YAML 1.1 would read it as the base-60 integer 61).
+Three steps, each bounded: `source` reads at most 1 MB of a regular file (or stdin), `yamldoc` composes
+the YAML from its events (depth, size and alias expansion bounded; duplicate keys, odd tags and
+control characters refused), and the pydantic model checks types and ranges. When that syntax layer
+refuses fields, the meaning checks still run on the rest (`partial`), so one run reports everything.
 """
 
 from __future__ import annotations
 
+import datetime
+import re
 import types
 import typing
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from gpucluster import trace
-from gpucluster.errors import Finding, SpecError, did_you_mean, dotted
+from gpucluster.errors import Finding, SpecError, did_you_mean, shown
 from gpucluster.spec.model import ClusterSpec, LoadedSpec
-
-MAX_BYTES = 4 * 1024 * 1024
-MAX_VALUES = 200_000  # keys, items and scalars after alias expansion; the largest example has ~400
+from gpucluster.spec.partial import meaning_findings, partial_spec
+from gpucluster.spec.source import MAX_BYTES, decode, read_source
+from gpucluster.spec.yamldoc import MAX_VALUES, Document, parse_document
 
 
 def load_spec(path: str | Path) -> LoadedSpec:
-    """Parse and validate the syntax layer (types, ranges, keys). Raises SpecError with every finding.
-    The meaning and the plan come from `gpucluster.cluster.load_cluster`, which calls this once."""
-    path = Path(path)
-    name = str(path)
+    """Parse and validate the syntax layer (types, ranges, keys). Raises SpecError with every finding,
+    the meaning findings of what the syntax layer accepted included. The meaning and the plan of a spec
+    that passes come from `gpucluster.cluster.load_cluster`, which calls this once. `-` reads stdin."""
     trace.mark("parse")
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise SpecError([Finding((), f"cannot read the spec: {exc.strerror or exc}",
-                                 "give the path of a readable YAML file", "file", file=name)]) from None
-    if len(raw) > MAX_BYTES:
-        raise SpecError([Finding((), f"the spec is {len(raw)} bytes", f"keep it under {MAX_BYTES} bytes",
-                                 "file", file=name)])
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError([Finding((), f"not UTF-8 text (byte {exc.start})", "save the file as UTF-8",
-                                 "file", file=name)]) from None
-    data, lines, findings = parse_yaml(text, name)
-    if findings:
-        raise SpecError(findings)
-    return validate_data(data, lines, path)
+    raw, name = read_source(path)
+    doc = parse_document(decode(raw, name), name, raw)
+    if doc.fatal:
+        raise SpecError(doc.findings)
+    return _validate(doc, Path(name))
 
 
 def parse_yaml(text: str, name: str) -> tuple[Any, dict[tuple, int], list[Finding]]:
-    lines: dict[tuple, int] = {}
-    findings: list[Finding] = []
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark else None
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        return None, lines, [Finding((), f"not valid YAML: {problem}",
-                                     "fix the YAML syntax at that line", "yaml", file=name, line=line)]
-    except RecursionError:
-        return None, lines, [Finding((), "the YAML nests too deeply", "flatten the document", "yaml", file=name)]
-    if node is None:
-        return None, lines, [Finding((), "the spec is empty", "start from examples/staging.yaml", "yaml",
-                                     file=name, line=1)]
-    try:
-        data = _build(node, (), lines, findings, name, [MAX_VALUES])
-    except RecursionError:
-        return None, lines, [Finding((), "the YAML nests too deeply", "flatten the document", "yaml", file=name)]
-    except _TooBig:
-        return None, lines, [Finding((), f"the YAML expands to more than {MAX_VALUES:,} values (aliases of aliases?)",
-                                     "write the spec without nested anchors and aliases", "yaml", file=name)]
-    if not isinstance(data, dict):
-        findings.append(Finding((), "the spec must be a mapping of keys", "start from examples/staging.yaml",
-                                "yaml", file=name, line=node.start_mark.line + 1))
-    return data, lines, findings
-
-
-class _TooBig(Exception):
-    pass
-
-
-def _build(node: yaml.Node, path: tuple, lines: dict, findings: list[Finding], name: str, budget: list[int]) -> Any:
-    # Aliases are expanded, so a 1 kB file of aliases of aliases could expand to 10^9 values: count them.
-    budget[0] -= 1
-    if budget[0] < 0:
-        raise _TooBig
-    lines[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        out: dict = {}
-        for key_node, value_node in node.value:
-            if not isinstance(key_node, yaml.ScalarNode):
-                findings.append(Finding(path, "a key must be a plain word", "write the key as text", "yaml",
-                                        file=name, line=key_node.start_mark.line + 1))
-                continue
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                findings.append(Finding(path, "YAML merge keys (<<) are not supported",
-                                        "write the keys out", "yaml", file=name,
-                                        line=key_node.start_mark.line + 1))
-                continue
-            key = _scalar(key_node)
-            key = key if isinstance(key, (str, int)) and not isinstance(key, bool) else str(key)
-            if key in out:
-                findings.append(Finding(path + (key,), f"key '{key}' appears twice",
-                                        "keep one of them", "yaml", file=name,
-                                        line=key_node.start_mark.line + 1))
-                continue
-            out[key] = _build(value_node, path + (key,), lines, findings, name, budget)
-            lines[path + (key,)] = key_node.start_mark.line + 1
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_build(item, path + (i,), lines, findings, name, budget) for i, item in enumerate(node.value)]
-    return _scalar(node)
-
-
-def _scalar(node: yaml.ScalarNode) -> Any:
-    # YAML 1.1 reads 1:1 as the sexagesimal integer 61: keep anything with a colon as text.
-    if node.tag in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float") and ":" in node.value:
-        return node.value
-    if node.tag == "tag:yaml.org,2002:str":
-        return node.value
-    return _construct(node)
-
-
-_CONSTRUCTOR = yaml.SafeLoader("")
-
-
-def _construct(node: yaml.ScalarNode) -> Any:
-    try:
-        return _CONSTRUCTOR.construct_object(node, deep=True)
-    except (yaml.YAMLError, ValueError, OverflowError):
-        return node.value
+    """(data, line of every path, YAML findings) of a spec's text."""
+    doc = parse_document(text, name)
+    return doc.data, doc.lines, doc.findings
 
 
 def validate_data(data: dict, lines: dict[tuple, int], path: Path) -> LoadedSpec:
+    """The syntax layer on data already parsed (tests and benchmarks generate specs as data)."""
+    return _validate(Document(data=data, lines=lines), Path(path))
+
+
+def _validate(doc: Document, source: Path) -> LoadedSpec:
+    name = str(source)
     try:
-        spec = ClusterSpec.model_validate(data)
+        spec = ClusterSpec.model_validate(doc.data)
     except ValidationError as exc:
-        raise SpecError(_findings(exc, lines, str(path))) from None
-    return LoadedSpec(spec=spec, source=path, lines=lines)
+        errors = _real(exc.errors(include_url=False))
+    else:
+        if not doc.findings:
+            return LoadedSpec(spec=spec, source=source, lines=doc.lines, columns=doc.columns)
+        errors = []
+    taken = [p for p in doc.tainted]
+    syntax = [_finding(err, doc, name) for err in errors if not _under(tuple(err["loc"]), taken)]
+    refused = [tuple(err["loc"]) for err in errors] + taken
+    meaning = [f for f in meaning_findings(partial_spec(doc.data, refused)) if f.level == "error"]
+    located = [Finding(f.path, f.message, f.fix, f.rule, f.level, name, *_where(doc, f.path)) for f in meaning]
+    raise SpecError(doc.findings + syntax + located)
 
 
-def _findings(exc: ValidationError, lines: dict[tuple, int], name: str) -> list[Finding]:
-    out = []
-    for err in exc.errors(include_url=False):
-        loc = tuple(err["loc"])
-        kind = err["type"]
-        line = _line(lines, loc)
-        if kind == "extra_forbidden":
-            allowed = _allowed_keys(loc[:-1])
-            hint = did_you_mean(str(loc[-1]), allowed)
-            fix = hint or (f"allowed keys here: {', '.join(sorted(allowed))}" if allowed else "remove it")
-            out.append(Finding(loc, f"unknown key '{loc[-1]}'", fix, "unknown-key", file=name, line=line))
-        elif kind == "missing":
-            out.append(Finding(loc, "required key is missing", f"add '{loc[-1]}'", "required",
-                               file=name, line=line))
-        else:
-            msg, fix = err["msg"], _fix(kind, err)
-            if kind.startswith("value_error"):
-                # the model's validators write "problem; fix"
-                msg, _, fix = msg.removeprefix("Value error, ").partition("; ")
-                fix = fix or "change the value"
-            out.append(Finding(loc, msg, fix, kind, file=name, line=line))
-    return out
+def _real(errors: list[dict]) -> list[dict]:
+    """Pydantic counts a list's length after dropping the items that failed, so one bad group also
+    reports "node_groups should have at least 1 item": that error says nothing the item's does not."""
+    locs = [tuple(e["loc"]) for e in errors]
+    return [e for e, loc in zip(errors, locs, strict=True)
+            if not (e["type"] == "too_short" and any(o[: len(loc)] == loc and o != loc for o in locs))]
+
+
+def _under(loc: tuple, paths: list[tuple]) -> bool:
+    """A schema error inside a value the YAML layer already refused says the same thing twice."""
+    return any(loc[: len(p)] == p for p in paths)
+
+
+def _where(doc: Document, loc: tuple) -> tuple[int | None, int | None]:
+    while loc and loc not in doc.lines:
+        loc = loc[:-1]
+    return doc.lines.get(loc), doc.columns.get(loc)
+
+
+def _finding(err: dict, doc: Document, name: str) -> Finding:
+    loc = tuple(err["loc"])
+    kind = err["type"]
+    line, column = _where(doc, loc)
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(loc[:-1])
+        hint = did_you_mean(str(loc[-1]), allowed)
+        fix = hint or (f"allowed keys here: {', '.join(sorted(allowed))}" if allowed else "remove it")
+        return Finding(loc, f"unknown key '{shown(loc[-1])}'", fix, "unknown-key", file=name, line=line,
+                       column=column)
+    if kind == "missing":
+        return Finding(loc, "required key is missing", f"add '{loc[-1]}'", "required", file=name, line=line,
+                       column=column)
+    rule, msg, fix = _explain(kind, err, doc.texts.get(loc))
+    if loc and loc[-1] == "[key]":  # pydantic's marker for a mapping key that failed
+        loc, msg = loc[:-1], f"the key {shown(loc[-2])}: {msg}"
+    return Finding(loc, msg, fix, rule, file=name, line=line, column=column)
+
+
+_NON_DECIMAL = re.compile(r"^[-+]?(0[0-9_]+|0[xXoObB][0-9a-fA-F_]+)$")
+_NUMBER = ("int_type", "float_type", "int_parsing", "float_parsing", "int_from_float", "finite_number")
+_TEXT = ("string_type", "literal_error", "string_pattern_mismatch", "enum")
+
+
+def _explain(kind: str, err: dict, raw: str | None) -> tuple[str, str, str]:
+    """(rule, message, fix) of one schema error. The YAML traps are named: a boolean where a number or
+    text belongs, a number where text belongs, text (or an octal) where a number belongs, .inf/.nan."""
+    value = err.get("input")
+    ctx = err.get("ctx") or {}
+    written = raw if raw is not None else shown(value)
+    if isinstance(value, bool) and kind in _NUMBER + _TEXT:
+        if kind in _NUMBER:
+            return ("yaml-bool", f"{written} is a YAML boolean, not a number",
+                    "write a number (YAML 1.1 reads yes/no/on/off/true/false as booleans)")
+        return "yaml-bool", f"{written} is a YAML boolean, not text", f"quote it ('{written}')"
+    if value is None and kind in _NUMBER + _TEXT + ("bool_type",):
+        return kind, "the value is empty", "write a value, or remove the key to take the default"
+    if kind in ("int_type", "int_parsing"):
+        if isinstance(value, float):
+            return "int_from_float", f"{written} is not a whole number", "use a whole number"
+        if isinstance(value, str) and _NON_DECIMAL.match(value):  # YAML 1.1 would read 8 or 31: we kept the text
+            return ("int_parsing", f"'{shown(value)}' is not a plain decimal number (YAML 1.1 reads a leading 0 "
+                    "as octal and 0x as hex)", "write it in decimal, without a leading 0")
+        if isinstance(value, str):
+            return ("int_parsing", f"'{shown(value)}' is text, not a whole number",
+                    "change the value's type: write a whole number, without quotes or units")
+        return "int_type", f"{shown(value)} is not a whole number", "change the value's type: write a whole number"
+    if kind in ("float_type", "float_parsing"):
+        if isinstance(value, str):
+            return ("float_parsing", f"'{shown(value)}' is text, not a number",
+                    "change the value's type: write a number, without quotes or units")
+        if isinstance(value, int):
+            return "float_type", "the number is too large", "change the value into the documented range"
+        return "float_type", f"{shown(value)} is not a number", "change the value's type: write a number"
+    if kind == "finite_number":
+        return kind, f"{written} is not a finite number", "write a finite number (no .inf or .nan)"
+    if kind == "bool_type":
+        return kind, f"{written} is not a boolean", "write true or false, unquoted"
+    if kind == "string_type" and isinstance(value, (int, float, datetime.date)):
+        what = "date" if isinstance(value, datetime.date) else "number"
+        return kind, f"{written} is read by YAML as a {what}, not text", f"quote it ('{written}')"
+    if kind.startswith("value_error"):
+        # the model's validators write "problem; fix"
+        msg, _, fix = err["msg"].removeprefix("Value error, ").partition("; ")
+        return kind, msg, fix or "change the value"
+    if "fix" in ctx:  # gpucluster's own errors (PydanticCustomError) carry their fix
+        return kind, err["msg"], str(ctx["fix"])
+    return kind, err["msg"], _fix(kind, err)
 
 
 def _fix(kind: str, err: dict) -> str:
@@ -190,14 +180,6 @@ def _fix(kind: str, err: dict) -> str:
     return "change the value (docs/spec.md describes each field)"  # every finding carries a fix
 
 
-def _line(lines: dict[tuple, int], loc: tuple) -> int | None:
-    while loc:
-        if loc in lines:
-            return lines[loc]
-        loc = loc[:-1]
-    return lines.get(())
-
-
 def _allowed_keys(loc: tuple) -> set[str]:
     """Field names of the model found at loc, walking ClusterSpec's annotations."""
     tp: Any = ClusterSpec
@@ -212,6 +194,8 @@ def _allowed_keys(loc: tuple) -> set[str]:
 
 
 def _unwrap(tp: Any) -> Any:
+    if typing.get_origin(tp) is typing.Annotated:
+        return _unwrap(typing.get_args(tp)[0])
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         for arg in typing.get_args(tp):
             if arg is not type(None):
@@ -232,4 +216,4 @@ def _step(tp: Any, part: Any) -> Any:
     return None
 
 
-__all__ = ["dotted", "load_spec", "parse_yaml", "validate_data"]
+__all__ = ["MAX_BYTES", "MAX_VALUES", "load_spec", "parse_yaml", "validate_data"]

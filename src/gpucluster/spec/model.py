@@ -2,6 +2,8 @@
 
 Meaning (radix, rails, collisions, versions) is checked in `gpucluster.spec.checks`, after this
 layer accepted the document. Field names here are the YAML keys; docs/spec.md documents them.
+Numbers, booleans and text are strict and bounded (`gpucluster.fields` says why): a YAML boolean is
+never a count, and no value is larger than what consumes it (Slurm, hostnames, the catalog).
 """
 
 from __future__ import annotations
@@ -14,12 +16,27 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator
 
 from gpucluster.catalog import Catalog
+from gpucluster.fields import (
+    MAX_GROUPS,
+    MAX_INDEX,
+    MAX_LIST,
+    MAX_PORTS,
+    MAX_SPEED_GBPS,
+    SLURM_MAX_NODES,
+    AbsPath,
+    Bool,
+    Int,
+    NodePath,
+    Num,
+    PartKey,
+    Text,
+    WholeLiteral,
+    Word,
+)
 
 NAME = r"^[a-z][a-z0-9-]*$"
 Role = Literal["compute", "controller", "login", "storage"]
 Tier = Literal["leaf", "spine", "core"]
-# Words that land unquoted in slurm.conf (Feature=) and in the sourced nccl-env.sh (NCCL_IB_HCA=)
-Word = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]+$")]
 
 
 class Strict(BaseModel):
@@ -32,9 +49,9 @@ def parse_ratio(text: str) -> float:
 
 
 class CpuLayout(Strict):
-    sockets: int = Field(ge=1, le=16)
-    cores_per_socket: int = Field(ge=1, le=512)
-    threads_per_core: int = Field(default=2, ge=1, le=8)
+    sockets: Int = Field(ge=1, le=16)
+    cores_per_socket: Int = Field(ge=1, le=512)
+    threads_per_core: Int = Field(default=2, ge=1, le=8)
 
     @property
     def cpus(self) -> int:
@@ -42,26 +59,27 @@ class CpuLayout(Strict):
 
 
 class NodeGroup(Strict):
-    name: str = Field(pattern=NAME, max_length=32)
+    name: Text = Field(pattern=NAME, max_length=32)
     role: Role
-    count: int = Field(ge=1, le=65536)
-    hostname: str = Field(
+    count: Int = Field(ge=1, le=SLURM_MAX_NODES, description="a hostlist range holds at most 65,536 hosts")
+    hostname: Text = Field(
         pattern=r"^[a-z][a-z0-9-]*#+[a-z0-9-]*$", max_length=48,
         description="one run of '#' is the zero-padded index: 'gpu####' -> gpu0001",
     )
-    first_index: int = Field(default=1, ge=0)
+    first_index: Int = Field(default=1, ge=0, le=MAX_INDEX)
     cpu: CpuLayout
-    memory_gb: int = Field(ge=1, le=65536, description="memory Slurm may schedule (RealMemory)")
-    gpu: str | None = None
-    gpus_per_node: int = Field(default=0, ge=0, le=16)
+    memory_gb: Int = Field(ge=1, le=65536, description="memory Slurm may schedule (RealMemory)")
+    gpu: PartKey | None = None
+    gpus_per_node: Int = Field(default=0, ge=0, le=16)
     gres_detect: Literal["auto", "nvml", "rsmi", "nvidia", "off"] = Field(
         default="auto", description="auto: nvml for NVIDIA, rsmi for AMD; off: explicit device files"
     )
-    nic: str | None = None
-    nics_per_node: int = Field(default=0, ge=0, le=16)
-    hcas: tuple[Word, ...] | None = Field(default=None, description="HCA names per rail; default <prefix>0..N-1")
-    nodes_per_rack: int = Field(default=1, ge=1, le=256)
-    features: tuple[Word, ...] = ()
+    nic: PartKey | None = None
+    nics_per_node: Int = Field(default=0, ge=0, le=16)
+    hcas: tuple[Word, ...] | None = Field(default=None, max_length=16,
+                                          description="HCA names per rail; default <prefix>0..N-1")
+    nodes_per_rack: Int = Field(default=1, ge=1, le=256)
+    features: tuple[Word, ...] = Field(default=(), max_length=64)
 
     @cached_property
     def digits(self) -> int:
@@ -87,18 +105,16 @@ class NodeGroup(Strict):
 
 
 class Partition(Strict):
-    name: str = Field(pattern=r"^[a-z][a-z0-9_-]*$")
-    groups: tuple[str, ...] = Field(min_length=1)
-    default: bool = False
-    max_time: str = Field(default="INFINITE", pattern=r"^(INFINITE|UNLIMITED|(\d+-)?\d+(:\d\d){0,2})$")
-    max_nodes: int | None = Field(default=None, ge=1)
-    priority_tier: int = Field(default=1, ge=0, le=65533)
+    name: Text = Field(pattern=r"^[a-z][a-z0-9_-]*$", max_length=64)
+    groups: tuple[Text, ...] = Field(min_length=1, max_length=MAX_LIST)
+    default: Bool = False
+    # Slurm reads a bare number as minutes, days-hours[:minutes[:seconds]] otherwise, into 32 bits
+    max_time: Text = Field(default="INFINITE", pattern=r"^(INFINITE|UNLIMITED|(\d{1,5}-)?\d{1,8}(:\d\d){0,2})$")
+    max_nodes: Int | None = Field(default=None, ge=1, le=SLURM_MAX_NODES, description="MaxNodes")
+    priority_tier: Int = Field(default=1, ge=0, le=65533)
     topology: Literal["tree", "block", "none"] | None = Field(
         default=None, description="this partition's own topology (Slurm 25.05+, topology.yaml); default slurm.topology",
     )
-
-
-NODE_PATH = r"^/[A-Za-z0-9._/-]+$"
 
 
 def _conf_value(value: object) -> str:
@@ -133,8 +149,8 @@ class Slurm(Strict):
         description="the Slurm release to render for: 22.05 .. 26.05 (spec/slurm_versions.py, checked with meaning)",
     )
     topology: Literal["tree", "block", "none"] = "tree"
-    accounting: bool = True
-    accounting_purge_after: str | None = Field(
+    accounting: Bool = True
+    accounting_purge_after: Text | None = Field(
         default=None, pattern=r"^[1-9][0-9]{0,4}(hours?|days?|months?)$",
         description="slurmdbd.conf Purge*After for every record kind, e.g. 12months; none keeps records forever",
     )
@@ -142,17 +158,17 @@ class Slurm(Strict):
         default="production",
         description="staging swaps the cgroup plugins for ones that run in unprivileged containers",
     )
-    partitions: tuple[Partition, ...] = Field(min_length=1)
-    prolog: str | None = Field(default=None, pattern=NODE_PATH, description="Prolog: a path on the compute nodes")
-    epilog: str | None = Field(default=None, pattern=NODE_PATH, description="Epilog: a path on the compute nodes")
-    tree_merge_leaves: int = Field(
+    partitions: tuple[Partition, ...] = Field(min_length=1, max_length=MAX_LIST)
+    prolog: NodePath | None = Field(default=None, description="Prolog: a path on the compute nodes")
+    epilog: NodePath | None = Field(default=None, description="Epilog: a path on the compute nodes")
+    tree_merge_leaves: Int = Field(
         default=1, ge=1, le=4096,
         description="topology/tree: consecutive leaves (units) of one pod listed as one logical leaf; only "
                     "where the leaf tier is non-blocking. Fewer switches: slurmctld's tree cost grows with their cube",
     )
     parameters: dict[Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9]*$", max_length=64)],
                      ConfValue] = Field(
-        default_factory=dict,
+        default_factory=dict, max_length=MAX_LIST,
         description="extra slurm.conf keys merged over gpucluster's computed defaults (StackHPC openhpc_config)",
     )
 
@@ -163,39 +179,43 @@ class Slurm(Strict):
 
 
 class Roce(Strict):
-    dscp: int = Field(default=26, ge=0, le=63)
-    pfc_priority: int = Field(default=3, ge=0, le=7)
-    cnp_dscp: int = Field(default=48, ge=0, le=63)
-    cnp_priority: int = Field(default=6, ge=0, le=7)
-    ecn: bool = True
-    mtu: Literal[1024, 2048, 4096] = 4096
-    link_mtu: int = Field(default=9000, ge=1500, le=9216)
-    gid_index: int | None = Field(default=3, ge=0, le=255)
+    dscp: Int = Field(default=26, ge=0, le=63)
+    pfc_priority: Int = Field(default=3, ge=0, le=7)
+    cnp_dscp: Int = Field(default=48, ge=0, le=63)
+    cnp_priority: Int = Field(default=6, ge=0, le=7)
+    ecn: Bool = True
+    mtu: Annotated[Literal[1024, 2048, 4096], WholeLiteral] = 4096
+    link_mtu: Int = Field(default=9000, ge=1500, le=9216)
+    gid_index: Int | None = Field(default=3, ge=0, le=255)
 
 
 class Infiniband(Strict):
     subnet_manager: Literal["opensm", "ufm", "none"] = "opensm"
-    sharp: bool = False
-    service_level: int = Field(default=0, ge=0, le=15)
+    sharp: Bool = False
+    service_level: Int = Field(default=0, ge=0, le=15)
 
 
-RATIO = r"^\d+(\.\d+)?:\d+(\.\d+)?$"
+# Up to 9999:1 with 3 decimals: the planner divides port counts (<= 4096) by it
+RATIO = r"^\d{1,4}(\.\d{1,3})?:\d{1,4}(\.\d{1,3})?$"
 
 
 class Fabric(Strict):
     type: Literal["infiniband", "roce"]
     design: Literal["fat-tree", "rail-optimized"]
-    tiers: Literal["auto", 2, 3] = "auto"
-    link_speed_gbps: int | None = Field(default=None, gt=0, description="default: the NIC speed")
-    switches: dict[Tier, str] = Field(min_length=1)
-    oversubscription: dict[Tier, str] = Field(default_factory=dict)
-    nodes_per_leaf: int | None = Field(default=None, ge=1, description="fat-tree: nodes under one leaf switch")
-    rails: int | None = Field(default=None, ge=1, le=16, description="NICs per node on the fabric; checked")
-    scalable_unit_nodes: int | None = Field(default=None, ge=1, description="rail-optimized: nodes per unit")
-    rail_groups: int = Field(default=1, ge=1, description="rail-optimized: spine groups the rails split into")
-    nodes_per_pod: int | None = Field(default=None, ge=1, description="3 tiers: nodes per pod (zone)")
-    qps_per_connection: int | None = Field(default=None, ge=1, le=128)
-    management_interface: str = Field(default="eth0", pattern=r"^[=^]?[A-Za-z0-9_.,-]+$")
+    tiers: Annotated[Literal["auto", 2, 3], WholeLiteral] = "auto"
+    link_speed_gbps: Int | None = Field(default=None, ge=1, le=MAX_SPEED_GBPS, description="default: the NIC speed")
+    switches: dict[Tier, PartKey] = Field(min_length=1)
+    oversubscription: dict[Tier, Text] = Field(default_factory=dict)
+    nodes_per_leaf: Int | None = Field(default=None, ge=1, le=MAX_PORTS,
+                                       description="fat-tree: nodes under one leaf switch (at most its ports)")
+    rails: Int | None = Field(default=None, ge=1, le=16, description="NICs per node on the fabric; checked")
+    scalable_unit_nodes: Int | None = Field(default=None, ge=1, le=MAX_PORTS,
+                                            description="rail-optimized: nodes per unit (at most a leaf's ports)")
+    rail_groups: Int = Field(default=1, ge=1, le=16, description="rail-optimized: spine groups the rails split into")
+    nodes_per_pod: Int | None = Field(default=None, ge=1, le=SLURM_MAX_NODES,
+                                      description="3 tiers: nodes per pod (zone)")
+    qps_per_connection: Int | None = Field(default=None, ge=1, le=128)
+    management_interface: Text = Field(default="eth0", pattern=r"^[=^]?[A-Za-z0-9_.,-]+$", max_length=256)
     roce: Roce = Field(default_factory=Roce)
     infiniband: Infiniband = Field(default_factory=Infiniband)
 
@@ -205,6 +225,8 @@ class Fabric(Strict):
         for tier, ratio in value.items():
             if not re.match(RATIO, str(ratio)):
                 raise ValueError(f"{tier}: '{ratio}' is not a ratio; write it like '1:1' or '7:1' (quoted in YAML)")
+            if float(ratio.split(":")[1]) == 0:
+                raise ValueError(f"{tier}: '{ratio}' has no uplinks; write it as N:1 with N >= 1")
             if parse_ratio(ratio) < 1:
                 raise ValueError(f"{tier}: '{ratio}' has more uplinks than downlinks; write it as N:1 with N >= 1")
         return value
@@ -214,7 +236,6 @@ class Fabric(Strict):
 
 
 DEFAULT_NFS_OPTIONS = "vers=4.2,nconnect=16,hard,rsize=1048576,wsize=1048576,noatime"
-ABSPATH = r"^/[A-Za-z0-9._/-]*$"
 
 
 # ==== Storage daemon and mount settings (issue 12: every template is rendered from the spec) ====
@@ -298,9 +319,9 @@ MountOption = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*(=[A-Za
 
 
 class MfsPorts(Strict):
-    metalogger: int = Field(default=9419, ge=1024, le=65535, description="MATOML_LISTEN_PORT")
-    chunkserver: int = Field(default=9420, ge=1024, le=65535, description="MATOCS_LISTEN_PORT")
-    client: int = Field(default=9421, ge=1024, le=65535, description="MATOCL_LISTEN_PORT")
+    metalogger: Int = Field(default=9419, ge=1024, le=65535, description="MATOML_LISTEN_PORT")
+    chunkserver: Int = Field(default=9420, ge=1024, le=65535, description="MATOCS_LISTEN_PORT")
+    client: Int = Field(default=9421, ge=1024, le=65535, description="MATOCL_LISTEN_PORT")
 
     @field_validator("chunkserver", "client")
     @classmethod
@@ -311,21 +332,21 @@ class MfsPorts(Strict):
 
 
 class ChunkDir(Strict):
-    path: str = Field(pattern=NODE_DIR, max_length=255, description="an NVMe file system's mount point")
-    limit: str | None = Field(default=None, pattern=MFS_SIZE, description="at most this much is used, e.g. 3.5TiB")
+    path: Text = Field(pattern=NODE_DIR, max_length=255, description="an NVMe file system's mount point")
+    limit: Text | None = Field(default=None, pattern=MFS_SIZE, description="at most this much is used, e.g. 3.5TiB")
 
 
 class MooseFs(Strict):
     """storage.flash.moosefs: the MooseFS daemons' config files and the clients' mount unit."""
 
     ports: MfsPorts = Field(default_factory=MfsPorts)
-    data_path: str = Field(default="/var/lib/mfs", pattern=NODE_DIR, max_length=255)
+    data_path: Text = Field(default="/var/lib/mfs", pattern=NODE_DIR, max_length=255)
     chunk_dirs: tuple[ChunkDir, ...] = Field(default=(ChunkDir(path="/srv/mfs/chunks"),), max_length=64)
-    leave_space: str = Field(default="256MiB", pattern=MFS_SIZE, description="HDD_LEAVE_SPACE_DEFAULT")
+    leave_space: Text = Field(default="256MiB", pattern=MFS_SIZE, description="HDD_LEAVE_SPACE_DEFAULT")
     client_networks: tuple[MfsNetwork, ...] = Field(default=("*",), max_length=64)
-    root_squash: bool = False
+    root_squash: Bool = False
     mount_options: tuple[MountOption, ...] = Field(default=(), max_length=32)
-    mount_timeout: int = Field(default=60, ge=1, le=3600, description="TimeoutSec= of the mount unit")
+    mount_timeout: Int = Field(default=60, ge=1, le=3600, description="TimeoutSec= of the mount unit")
     master_extra: dict[MfsKey, MfsValue] = Field(default_factory=dict, max_length=64)
     chunkserver_extra: dict[MfsKey, MfsValue] = Field(default_factory=dict, max_length=64)
 
@@ -362,11 +383,11 @@ class Ganesha(Strict):
     """storage.nfs[].ganesha: how NFS-Ganesha serves this tier, and how long its clients wait for a mount."""
 
     protocols: tuple[Literal[3, 4], ...] = Field(default=(3, 4), max_length=2)
-    grace_period: int = Field(default=90, ge=0, le=180, description="NFSv4 Grace_Period in seconds")
-    lease_lifetime: int = Field(default=60, ge=1, le=120, description="NFSv4 Lease_Lifetime in seconds")
+    grace_period: Int = Field(default=90, ge=0, le=180, description="NFSv4 Grace_Period in seconds")
+    lease_lifetime: Int = Field(default=60, ge=1, le=120, description="NFSv4 Lease_Lifetime in seconds")
     squash: Literal["Root_Squash", "No_Root_Squash", "All_Squash"] = "Root_Squash"
     clients: tuple[GaneshaClient, ...] = Field(default=("*",), max_length=64)
-    mount_timeout: int = Field(default=60, ge=1, le=3600, description="TimeoutSec= of the clients' mount units")
+    mount_timeout: Int = Field(default=60, ge=1, le=3600, description="TimeoutSec= of the clients' mount units")
 
     _lists_given = field_validator("protocols", "clients")(_not_empty)
 
@@ -390,36 +411,38 @@ class Ganesha(Strict):
 
 
 class Flash(Strict):
-    name: str = Field(default="flash", pattern=NAME)
-    metadata_group: str
-    chunk_group: str
-    nvme_per_server: int = Field(ge=1, le=64)
-    nvme_tb: float = Field(gt=0)
-    nvme_gbps: float = Field(default=6.0, gt=0, description="sustained GB/s per drive")
-    target_bandwidth_gbps: float | None = Field(default=None, gt=0, description="GB/s the tier must sustain")
-    replicas: int = Field(default=2, ge=1, le=9)
-    mount: str = Field(default="/mnt/flash", pattern=ABSPATH)
-    client_groups: tuple[str, ...] | None = Field(default=None, description="default: compute and login")
+    name: Text = Field(default="flash", pattern=NAME, max_length=32)
+    metadata_group: Text = Field(max_length=32)
+    chunk_group: Text = Field(max_length=32)
+    nvme_per_server: Int = Field(ge=1, le=64)
+    nvme_tb: Num = Field(gt=0, le=1024, description="TB per drive")
+    nvme_gbps: Num = Field(default=6.0, gt=0, le=100, description="sustained GB/s per drive")
+    target_bandwidth_gbps: Num | None = Field(default=None, gt=0, le=10_000_000,
+                                              description="GB/s the tier must sustain")
+    replicas: Int = Field(default=2, ge=1, le=9)
+    mount: AbsPath = "/mnt/flash"
+    client_groups: tuple[Text, ...] | None = Field(default=None, max_length=MAX_LIST,
+                                                   description="default: compute and login")
     moosefs: MooseFs = Field(default_factory=MooseFs, description="MooseFS settings (ports, chunk dirs, mount)")
 
 
 class NfsExport(Strict):
-    path: str = Field(pattern=ABSPATH)
-    mount: str = Field(pattern=ABSPATH)
-    options: str = Field(default=DEFAULT_NFS_OPTIONS, pattern=r"^[a-z0-9_=,.]+$")
+    path: AbsPath
+    mount: AbsPath
+    options: Text = Field(default=DEFAULT_NFS_OPTIONS, pattern=r"^[a-z0-9_=,.]+$", max_length=1024)
 
 
 class Nfs(Strict):
-    name: str = Field(pattern=NAME)
-    server_group: str
-    exports: tuple[NfsExport, ...] = Field(min_length=1)
-    client_groups: tuple[str, ...] | None = None
+    name: Text = Field(pattern=NAME, max_length=32)
+    server_group: Text = Field(max_length=32)
+    exports: tuple[NfsExport, ...] = Field(min_length=1, max_length=64)
+    client_groups: tuple[Text, ...] | None = Field(default=None, max_length=MAX_LIST)
     ganesha: Ganesha = Field(default_factory=Ganesha, description="NFS-Ganesha settings and the mount timeout")
 
 
 class Storage(Strict):
     flash: Flash | None = None
-    nfs: tuple[Nfs, ...] = ()
+    nfs: tuple[Nfs, ...] = Field(default=(), max_length=64)
 
 
 # ---- driver stacks and node health (issue 14, docs/drivers.md and docs/health.md) ------------------
@@ -436,9 +459,9 @@ def _text(value):
 
 class DriverChoice(Strict):
     source: DriverSource | None = Field(default=None, description="default: the vendor repository of the SKU")
-    branch: str | None = Field(default=None, pattern=r"^\d+(\.\d+){0,2}$",
+    branch: Text | None = Field(default=None, pattern=r"^\d+(\.\d+){0,2}$",
                                description="NVIDIA driver branch or ROCm release; default: the lock's for the SKU")
-    fabric_manager_branch: str | None = Field(default=None, pattern=r"^\d+(\.\d+){0,2}$",
+    fabric_manager_branch: Text | None = Field(default=None, pattern=r"^\d+(\.\d+){0,2}$",
                                               description="default: the driver branch (nothing else works)")
     ofed: Ofed | None = Field(default=None, description="RDMA stack of fabric groups; default inbox")
 
@@ -449,7 +472,7 @@ class DriverChoice(Strict):
 
 
 class Drivers(DriverChoice):
-    mirror: str | None = Field(default=None, pattern=r"^https?://[A-Za-z0-9._~:/%+-]+$",
+    mirror: Text | None = Field(default=None, pattern=r"^https?://[A-Za-z0-9._~:/%+-]+$",
                                description="local-mirror: replaces scheme and host of every vendor repository URL")
     groups: dict[str, DriverChoice] = Field(default_factory=dict, description="per node group overrides")
 
@@ -460,34 +483,37 @@ HealthCheckName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]*$",
 class HealthActive(Strict):
     checks: tuple[Literal["dcgm-diag", "nccl-allreduce", "ib-bandwidth"], ...] = Field(
         default=(), description="active checks run as low-priority Slurm jobs; empty: none")
-    share_pct: float = Field(default=5.0, gt=0, le=50, description="most of the compute nodes they hold at once")
-    nice: int = Field(default=10000, ge=0, le=2147483645)
-    time_limit: str = Field(default="0:15:00", pattern=r"^(\d+-)?\d+(:\d\d){0,2}$")
-    partition: str | None = Field(default=None, description="default: the default partition")
-    every_hours: int = Field(default=24, ge=1, le=24 * 90, description="how often each node is queued for them")
-    nccl_min_busbw_gbps: float | None = Field(default=None, gt=0, description="nccl-allreduce: bus bandwidth floor")
+    share_pct: Num = Field(default=5.0, gt=0, le=50, description="most of the compute nodes they hold at once")
+    nice: Int = Field(default=10000, ge=0, le=2147483645)
+    time_limit: Text = Field(default="0:15:00", pattern=r"^(\d+-)?\d+(:\d\d){0,2}$")
+    partition: Text | None = Field(default=None, description="default: the default partition")
+    every_hours: Int = Field(default=24, ge=1, le=24 * 90, description="how often each node is queued for them")
+    nccl_min_busbw_gbps: Num | None = Field(default=None, gt=0, le=10_000,
+                                            description="nccl-allreduce: bus bandwidth floor")
 
 
 class Health(Strict):
-    enabled: bool = True
-    interval: int = Field(default=300, ge=5, le=86400, description="HealthCheckInterval, seconds")
-    node_state: str = Field(default="ANY", max_length=64,
+    enabled: Bool = True
+    interval: Int = Field(default=300, ge=5, le=86400, description="HealthCheckInterval, seconds")
+    node_state: Text = Field(default="ANY", max_length=64,
                             pattern=r"^(ALLOC|ANY|CYCLE|IDLE|MIXED|NONDRAINED_IDLE|START_ONLY|REBOOT_ONLY)(,[A-Z_]+)*$",
                             description="HealthCheckNodeState")
-    check_timeout: int = Field(default=20, ge=1, le=45, description="seconds one check may take (the run: +10)")
-    resume_after: int = Field(default=3, ge=1, le=1000, description="passing runs before a gpc: drain is resumed")
-    min_free_pct: float = Field(default=5.0, ge=0, lt=100, description="/tmp and the Slurm spool")
-    ecc_uncorrected_max: int = Field(default=0, ge=0, description="volatile uncorrected ECC errors a GPU may have")
-    link_downed_max: int = Field(default=0, ge=0, description="link_downed increase per run a port may have")
+    check_timeout: Int = Field(default=20, ge=1, le=45, description="seconds one check may take (the run: +10)")
+    resume_after: Int = Field(default=3, ge=1, le=1000, description="passing runs before a gpc: drain is resumed")
+    min_free_pct: Num = Field(default=5.0, ge=0, lt=100, description="/tmp and the Slurm spool")
+    ecc_uncorrected_max: Int = Field(default=0, ge=0, le=1_000_000,
+                                     description="volatile uncorrected ECC errors a GPU may have")
+    link_downed_max: Int = Field(default=0, ge=0, le=1_000_000,
+                                 description="link_downed increase per run a port may have")
     skip: tuple[HealthCheckName, ...] = Field(default=(), description="checks not run (names as in docs/health.md)")
     active: HealthActive = Field(default_factory=HealthActive)
 # ---- end of the driver stacks and node health block ------------------------------------------------
 
 
 class ClusterSpec(Strict):
-    name: str = Field(pattern=NAME, max_length=40)
+    name: Text = Field(pattern=NAME, max_length=40)
     slurm: Slurm
-    node_groups: tuple[NodeGroup, ...] = Field(min_length=1)
+    node_groups: tuple[NodeGroup, ...] = Field(min_length=1, max_length=MAX_GROUPS)
     fabric: Fabric
     storage: Storage = Field(default_factory=Storage)
     catalog: Catalog = Field(default_factory=Catalog)
@@ -521,10 +547,16 @@ class LoadedSpec(BaseModel):
     spec: ClusterSpec
     source: Path
     lines: dict[tuple, int]
+    columns: dict[tuple, int] = Field(default_factory=dict)
 
     def line(self, path: tuple) -> int | None:
-        while path:
-            if path in self.lines:
-                return self.lines[path]
+        return self.lines.get(self._nearest(path))
+
+    def column(self, path: tuple) -> int | None:
+        """Column of the same key `line` names (1-based), when the loader recorded it."""
+        return self.columns.get(self._nearest(path))
+
+    def _nearest(self, path: tuple) -> tuple:
+        while path and path not in self.lines:
             path = path[:-1]
-        return self.lines.get((), None)
+        return path
