@@ -1,5 +1,4 @@
-# ruff: noqa: UP
-# (runs inside Ansible modules on the nodes, on the node's python3)
+# Runs inside Ansible modules on the nodes, on the node's python3.
 """File writing shared by gpucluster's Ansible modules: each file is replaced whole (a temporary file in
 the same folder, fsync, then rename), and only when its bytes differ, so `changed` is honest and a
 reader never sees half a file. Ansible copies this into every module that imports it."""
