@@ -9,8 +9,10 @@ Templates are package data (gpucluster/templates): `check`, `plan` and `render` 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from gpucluster.errors import UsageError
@@ -106,3 +108,15 @@ def cache_dir(*parts: str) -> Path:
     for part in parts:
         folder = private_dir(folder / part, what="cache folder")
     return folder
+
+
+@contextlib.contextmanager
+def locked(path: str | os.PathLike) -> Iterator[None]:
+    """Hold an exclusive flock on PATH (created if missing) for the block: one builder of a shared cache
+    entry at a time. PATH belongs in a private folder (cache_dir), never in the shared /tmp."""
+    with Path(path).open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

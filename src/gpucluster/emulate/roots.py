@@ -13,8 +13,6 @@ than one process lives, and two runs never see each other's mounts.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import os
 import re
@@ -23,12 +21,13 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path, PurePosixPath
 
 from gpucluster.errors import OperationError
+from gpucluster.paths import locked
 
 Log = Callable[[str], None]
 
@@ -198,22 +197,12 @@ def ensure_root(suite: str, *, log: Log = print) -> Path:
     root = folder / name
     if (root / ".complete").is_file():
         return root
-    with _lock(folder / f".{suite}.lock"):
+    with locked(folder / f".{suite}.lock"):
         if (root / ".complete").is_file():  # another process built it while we waited
             return root
         _build(suite, root, log)
     _prune(folder, suite, keep=name, log=log)
     return root
-
-
-@contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    with path.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _build(suite: str, root: Path, log: Log) -> None:

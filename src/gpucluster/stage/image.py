@@ -9,7 +9,6 @@ change to it builds a new tag.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import re
@@ -172,15 +171,10 @@ def image_size(ref: str) -> int:
 def _build_lock() -> Iterator[None]:
     """One image build at a time per user. The lock lives in the user's private cache folder, never in the
     shared /tmp, where another user could plant a link under its name."""
-    from gpucluster.paths import cache_dir
+    from gpucluster.paths import cache_dir, locked
 
-    path = cache_dir("locks") / "node-image.lock"
-    with path.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with locked(cache_dir("locks") / "node-image.lock"):
+        yield
 
 
 def _progress(log: Log, prefix: str) -> Callable[[str], None]:

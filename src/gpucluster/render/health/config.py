@@ -8,6 +8,7 @@ mount points, thresholds) come from the spec and the plan, never from the node's
 from __future__ import annotations
 
 from gpucluster.cluster import Cluster
+from gpucluster.cluster.names import unit_name
 from gpucluster.render.slurm import SPOOL_DIR
 from gpucluster.spec.model import NodeGroup
 from gpucluster.spec.stacks import RUN_MARGIN_S, driver_stack, needs_fabric_manager
@@ -19,21 +20,6 @@ SKIP_DIR = "/var/lib/gpucluster/skipped"  # where roles record what they skipped
 # name, GPU i's name is prefix + (first + i)).
 DEVICES = {"nvidia": (r"/dev/nvidia\d+", "nvidia", 0), "amd": (r"/dev/dri/renderD\d+", "renderD", 128)}
 MOUNT_STAT_TIMEOUT_S = 5
-
-
-def _unit_name(path: str) -> str:
-    """systemd's mount unit name of a path (systemd-escape --path --suffix=mount), as the nfs role names
-    its skip records; the same rule as plugins/filter/gpucluster_spec.py's unit_name."""
-    trimmed = "/".join(p for p in path.split("/") if p)
-    out = []
-    for i, ch in enumerate(trimmed):
-        if ch == "/":
-            out.append("-")
-        elif ch.isascii() and (ch.isalnum() or ch in ":_" or (ch == "." and i > 0)):
-            out.append(ch)
-        else:
-            out.extend(f"\\x{b:02x}" for b in ch.encode())
-    return ("".join(out) or "-") + ".mount"
 
 
 def _client_groups(spec, declared) -> list[str]:
@@ -56,7 +42,7 @@ def mount_checks(cluster: Cluster, group: NodeGroup) -> list[dict]:
             out.append({"name": f"mount-{tier.name}" + (f"-{i + 1}" if i else ""), "kind": "mount",
                         "path": export.mount, "fstype": "nfs", "stat_timeout": MOUNT_STAT_TIMEOUT_S,
                         # Where the kernel has no NFS client the nfs role skips the mount and says why.
-                        "skip_record": f"{SKIP_DIR}/nfs-mount-{_unit_name(export.mount)}"})
+                        "skip_record": f"{SKIP_DIR}/nfs-mount-{unit_name(export.mount)}"})
     return out
 
 
