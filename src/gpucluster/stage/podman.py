@@ -18,10 +18,13 @@ import os
 import re
 import shutil
 import socket
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from gpucluster.aptsources import SUITE
 
 from ._proc import Log, StageError, run
 from .image import ensure_image
@@ -38,6 +41,19 @@ _MIN_INOTIFY_INSTANCES = 1024
 _HOSTKEY_WHEN_SSH_ACTIVE = "systemctl -q is-active ssh.service && cat /etc/ssh/ssh_host_ed25519_key.pub"
 _MARKER = ".gpucluster-stage"
 _STATE_FILES = ("id_ed25519", "id_ed25519.pub", "known_hosts", "ssh_config", "ports.json")
+# STAGING STAND-INS for the GPUs of nodes that run Slurm's cgroup plugins: character devices of major
+# 120, which the kernel's devices.txt reserves for LOCAL/EXPERIMENTAL USE and no driver claims. Each
+# GPU of a node gets its own number (minor = its index), so Slurm's device cgroup can allow one and
+# deny the others; /dev/null for all of them would make "deny the GPUs a job did not get" deny
+# /dev/null itself. Opening one fails with ENXIO (no driver) once the device cgroup let it through,
+# and with EPERM where the cgroup denies it: the difference a job's GPU isolation is tested by.
+STAND_IN_MAJOR = 120
+_STAND_IN_DIR = "stand-ins"
+# PID 1 of a node with writable cgroups: podman mounts the node's cgroup v1 hierarchies read-only; in a
+# private cgroup namespace each is the node's own subtree, so remounting them writable lets slurmd create
+# job cgroups there and nowhere else. Then systemd, as in every node.
+_CGROUP_INIT = ('set -e; for m in $(awk \'$3 == "cgroup" {print $2}\' /proc/self/mounts | sort -u); '
+                'do mount -o remount,bind,rw "$m"; done; exec /sbin/init')
 
 
 @dataclass(frozen=True)
@@ -52,6 +68,10 @@ class StageNode:
     caps: tuple[str, ...] = ()  # extra capabilities, e.g. DAC_READ_SEARCH (NFS-Ganesha's open_by_handle_at)
     tmpfs: tuple[str, ...] = ()  # paths mounted as tmpfs: overlayfs gives no file handles to export over NFS
     address: str | None = None  # static IPv4 on the cluster's network (up() assigns it from the subnet)
+    # Slurm's cgroup plugins run here (proctrack/cgroup, task/cgroup, ConstrainDevices): a private cgroup
+    # namespace whose v1 hierarchies the node may write, CAP_SYS_ADMIN, and GPU stand-ins with their own
+    # device numbers (STAND_IN_MAJOR) instead of /dev/null.
+    cgroups: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,7 +80,8 @@ class StageConfig:
 
     runtime: crun fails on the development machines (hybrid cgroups, rlimits), runc works.
     ulimits: raising rlimits beyond these is refused there; pass others where the host allows them.
-    image: a prebuilt image ref; None builds or reuses the one for the current recipe.
+    image: a prebuilt image ref; None builds or reuses the one for the current recipe of `suite`.
+    suite: the Debian release of the nodes (image.SUITES: the one whose Slurm the spec renders for).
     """
 
     cluster: str
@@ -68,6 +89,7 @@ class StageConfig:
     runtime: str = "/usr/sbin/runc"
     ulimits: tuple[str, ...] = ("nofile=1024:4096", "nproc=4096:4096")
     image: str | None = None
+    suite: str = SUITE
 
 
 @dataclass
@@ -289,6 +311,7 @@ def _spec_hash(cfg: StageConfig, node: StageNode, image: str) -> str:
     spec = [image, cfg.runtime, *cfg.ulimits, *node.gpu_devices, str(node.fuse), str(node.memory_mb),
             network_name(cfg)]
     spec += [f"cap:{c}" for c in node.caps] + [f"tmpfs:{p}" for p in node.tmpfs]  # absent: hash unchanged
+    spec += [f"cgroups:{STAND_IN_MAJOR}"] if node.cgroups else []
     spec += [f"ip:{node.address}"] if node.address else []
     return hashlib.sha256("\0".join(spec).encode()).hexdigest()[:12]
 
@@ -314,17 +337,48 @@ def _run_args(cfg: StageConfig, node: StageNode, image: str, port: int) -> list[
     ]
     for limit in cfg.ulimits:
         args += ["--ulimit", limit]
-    for dev in node.gpu_devices:
-        args += ["--device", f"/dev/null:{dev}"]  # STAGING STAND-IN: a char device, not a GPU
+    for i, dev in enumerate(node.gpu_devices):
+        # STAGING STAND-IN: a char device, not a GPU (/dev/null, or its own number where cgroups constrain it)
+        source = _stand_in_path(cfg, i) if node.cgroups else Path("/dev/null")
+        args += ["--device", f"{source}:{dev}"]
+    if node.cgroups:
+        args += ["--cgroupns", "private"]
     if node.fuse:
-        args += ["--device", "/dev/fuse", "--cap-add", "SYS_ADMIN"]
+        args += ["--device", "/dev/fuse"]
+    if node.fuse or node.cgroups:
+        args += ["--cap-add", "SYS_ADMIN"]
     if node.memory_mb:
         args += ["--memory", f"{node.memory_mb}m"]
     for cap in node.caps:
         args += ["--cap-add", cap]
     for path in node.tmpfs:
         args += ["--tmpfs", f"{path}:rw,exec,mode=0755"]
-    return [*args, image, "/sbin/init"]
+    return [*args, image, *(["/bin/sh", "-c", _CGROUP_INIT] if node.cgroups else ["/sbin/init"])]
+
+
+def _stand_in_path(cfg: StageConfig, index: int) -> Path:
+    return Path(cfg.state_dir) / _STAND_IN_DIR / f"gpu{index}"
+
+
+def _ensure_stand_ins(cfg: StageConfig, nodes: list[StageNode]) -> None:
+    """The host-side device files podman copies into nodes with cgroups (--device SOURCE:PATH keeps the
+    source's numbers): char STAND_IN_MAJOR:i, in the cluster's private state folder."""
+    count = max((len(n.gpu_devices) for n in nodes if n.cgroups), default=0)
+    if not count:
+        return
+    folder = Path(cfg.state_dir) / _STAND_IN_DIR
+    folder.mkdir(mode=0o700, exist_ok=True)
+    for i in range(count):
+        path = _stand_in_path(cfg, i)
+        want = os.makedev(STAND_IN_MAJOR, i)
+        with contextlib.suppress(FileNotFoundError):
+            st = path.lstat()
+            if stat.S_ISCHR(st.st_mode) and st.st_rdev == want:
+                continue
+            path.unlink()
+        # 0666 like a GPU's device file; the folder (0700) keeps it from everyone but root on the host
+        os.mknod(path, 0o666 | stat.S_IFCHR, want)
+        path.chmod(0o666)
 
 
 def _create(cfg: StageConfig, node: StageNode, image: str, port: int, taken: set[int], log: Log) -> int:
@@ -425,9 +479,10 @@ def up(cfg: StageConfig, nodes: list[StageNode], log: Log = print) -> StagedClus
     started = time.monotonic()
     _claim_state_dir(cfg)
     with _lock(cfg):
-        image = cfg.image or ensure_image(log)
+        image = cfg.image or ensure_image(log, suite=cfg.suite)
         paths = _paths(cfg)
         _ensure_key(paths, cfg, log)
+        _ensure_stand_ins(cfg, nodes)
         net = network_name(cfg)
         if run(["podman", "network", "exists", net], check=False).returncode != 0:
             _podman("network", "create", "--label", f"{LABEL_CLUSTER}={cfg.cluster}",
@@ -474,8 +529,10 @@ def up(cfg: StageConfig, nodes: list[StageNode], log: Log = print) -> StagedClus
             ports[node.name] = port
             extra = ""
             if node.gpu_devices:
-                extra = (f"; {', '.join(node.gpu_devices)} are STAGING STAND-INS (/dev/null), "
-                         "not GPUs")
+                numbers = f"character devices {STAND_IN_MAJOR}:N" if node.cgroups else "/dev/null"
+                extra = f"; {', '.join(node.gpu_devices)} are STAGING STAND-INS ({numbers}), not GPUs"
+            if node.cgroups:
+                extra += "; writable cgroup v1 hierarchies in a private cgroup namespace for Slurm"
             log(f"stage: node {node.name}: created container {container_name(cfg, node.name)} "
                 f"(ssh 127.0.0.1:{port}{extra})")
 
@@ -549,6 +606,8 @@ def down(cfg: StageConfig, log: Log = print) -> None:
         for path in [*_paths(cfg).values(), d / _MARKER]:
             for p in (path, path.with_name(path.name + ".tmp")):
                 p.unlink(missing_ok=True)
+        if (d / _STAND_IN_DIR).is_dir():
+            shutil.rmtree(d / _STAND_IN_DIR)
         (d / ".lock").unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         d.rmdir()

@@ -408,6 +408,8 @@ def host_facts(ctx, name: str) -> dict:
         script.append(f"cat {q(ctx.doc.get('sysctl_file', '/dev/null'))} 2>/dev/null")
         script.append("echo '@@container'")
         script.append("systemd-detect-virt --container 2>/dev/null || true")
+        script.append("echo '@@release'")  # the Debian major a per-release pin is chosen by
+        script.append("(. /etc/os-release 2>/dev/null; echo \"${VERSION_ID:-}\")")
         out = run(node, "; ".join(script), timeout=120)
         return parse_facts(out.stdout)
     return ctx.cached(("facts", name), gather)
@@ -449,7 +451,8 @@ def parse_facts(text: str) -> dict:
             persisted[k.strip()] = " ".join(v.split())
     virt = " ".join(sections.get("container", [])).strip()
     return {"units": units, "packages": packages, "sysctls": sysctls, "sysctl_file": persisted,
-            "container": virt if virt and virt != "none" else None}
+            "container": virt if virt and virt != "none" else None,
+            "release": " ".join(sections.get("release", [])).strip().split(".")[0]}
 
 
 def journal(host, unit: str, lines: int = 25) -> str:
