@@ -324,6 +324,8 @@ class MooseFs(Strict):
     leave_space: str = Field(default="256MiB", pattern=MFS_SIZE, description="HDD_LEAVE_SPACE_DEFAULT")
     client_networks: tuple[MfsNetwork, ...] = Field(default=("*",), max_length=64)
     root_squash: bool = False
+    admin: bool = Field(default=False, description="MooseFS admin rights on the root export (mfsexports.cfg "
+                        "'admin': storage classes, quotas); MooseFS 4 needs them for replicas other than 2 and 3")
     mount_options: tuple[MountOption, ...] = Field(default=(), max_length=32)
     mount_timeout: int = Field(default=60, ge=1, le=3600, description="TimeoutSec= of the mount unit")
     master_extra: dict[MfsKey, MfsValue] = Field(default_factory=dict, max_length=64)

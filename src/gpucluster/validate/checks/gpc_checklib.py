@@ -469,10 +469,17 @@ def load_doc(path: str) -> dict:
     return json.loads(Path(path).read_text())
 
 
+# Staged nodes whose Slurm constrains devices get one number per GPU: major 120 (hex 78), reserved for local
+# use, which no driver claims (gpucluster.stage.podman.STAND_IN_MAJOR).
+STAND_IN_MAJOR = 120
+
+
 def is_stand_in_device(host, path: str) -> bool:
-    """Staged nodes map /dev/null (char 1:3) to /dev/nvidiaN: a stand-in, not a GPU."""
+    """Staged nodes map /dev/null (char 1:3) to /dev/nvidiaN, or a char device of major 120: a stand-in,
+    not a GPU. stat prints the numbers in hex."""
     out = run(host, f"stat -L -c '%t:%T' {shlex.quote(path)} 2>/dev/null")
-    return out.rc == 0 and out.stdout.strip() == "1:3"
+    numbers = out.stdout.strip()
+    return out.rc == 0 and (numbers == "1:3" or numbers.split(":")[0] == f"{STAND_IN_MAJOR:x}")
 
 
 def env_true(name: str) -> bool:
