@@ -74,6 +74,7 @@ def ganesha_context(cluster: Cluster, group: str) -> dict:
         "tiers": [{**t, "ganesha": spec.ganesha.model_dump()} for t, spec in tiers],
         "protocols": sorted({p for s in settings for p in s.protocols}),
         "grace_period": settings[0].grace_period, "lease_lifetime": settings[0].lease_lifetime,
+        "allow_set_io_flusher_fail": any(s.allow_set_io_flusher_fail for s in settings),
     }
 
 

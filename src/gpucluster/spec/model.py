@@ -369,6 +369,9 @@ class Ganesha(Strict):
     squash: Literal["Root_Squash", "No_Root_Squash", "All_Squash"] = "Root_Squash"
     clients: tuple[GaneshaClient, ...] = Field(default=("*",), max_length=64)
     mount_timeout: int = Field(default=60, ge=1, le=3600, description="TimeoutSec= of the clients' mount units")
+    allow_set_io_flusher_fail: bool = Field(
+        default=False, description="NFS-Ganesha 5+ (Debian 13: 6.5) starts even where prctl(PR_SET_IO_FLUSHER) is "
+                                   "refused (no CAP_SYS_RESOURCE, as in containers); the server's, if any tier asks")
 
     _lists_given = field_validator("protocols", "clients")(_not_empty)
 

@@ -38,10 +38,10 @@ def stage_nodes(cluster: Cluster) -> list:
         fuse = bool({"flash_client", "flash_chunk", "flash_meta"} & set(member_of))
         # NFS-Ganesha's VFS FSAL exports through file handles: open_by_handle_at needs DAC_READ_SEARCH,
         # and the container's overlayfs root gives no handles, so each export path is a tmpfs here.
-        # Ganesha 6 (Debian 13) also marks itself an I/O flusher at start (prctl PR_SET_IO_FLUSHER, which
-        # needs SYS_RESOURCE) and exits when refused: "Failed to PR_SET_IO_FLUSHER with EPERM".
+        # (Ganesha 6 also wants SYS_RESOURCE for prctl(PR_SET_IO_FLUSHER); these hosts' root lacks it in its own
+        # bounding set, so no container can have it: the spec's ganesha.allow_set_io_flusher_fail lets it start.)
         nfs_exports = tuple(e.path for n in spec.storage.nfs if n.server_group == group.name for e in n.exports)
-        caps = ("DAC_READ_SEARCH", "SYS_RESOURCE") if nfs_exports else ()
+        caps = ("DAC_READ_SEARCH",) if nfs_exports else ()
         for host in group.hosts:
             nodes.append(StageNode(name=host, groups=member_of, gpu_devices=cluster.gpu_devices(group), fuse=fuse,
                                    caps=caps, tmpfs=nfs_exports, cgroups=cgroups))
