@@ -30,6 +30,7 @@ from gpucluster.stage.podman import (
     _ensure_stand_ins,
     _run_args,
     _spec_hash,
+    container_name,
 )
 
 MIRROR = "http://mirror.example/debian"
@@ -197,3 +198,20 @@ def test_every_stand_in_detector_knows_the_stand_in_number():
     assert filters.STAND_IN_MAJOR == checks.STAND_IN_MAJOR == checklib.STAND_IN_MAJOR == STAND_IN_MAJOR
     lines = [f"/dev/nvidia0 character special file {STAND_IN_MAJOR:x}:0", "/dev/nvidia1 character special file c3:1"]
     assert filters.device_files(lines) == {"devices": ["/dev/nvidia1"], "stand_ins": ["/dev/nvidia0"]}
+
+
+def test_nfs_exports_are_volumes_of_the_node_on_the_hosts_file_system(tmp_path):
+    """The overlayfs root gives NFS-Ganesha no file handles and Ganesha 6 skips tmpfs: each export path of an
+    NFS server is a podman volume of its own, named after the node and the path, part of the node's spec."""
+    cluster = cluster_example("staging-trixie")
+    exports = {e.path for n in cluster.spec.storage.nfs for e in n.exports}
+    servers = {h for n in cluster.spec.storage.nfs for h in cluster.spec.group(n.server_group).hosts}
+    cfg = _cfg(tmp_path)
+    for node in stage_nodes(cluster):
+        assert set(node.volumes) == (exports if node.name in servers else set()) and not node.tmpfs
+        if node.name in servers:
+            args = _run_args(cfg, node, "img", 2222)
+            mounts = [args[i + 1] for i, a in enumerate(args) if a == "--mount"]
+            assert mounts == [f"type=volume,src={container_name(cfg, node.name)}-{p.strip('/').replace('/', '_')},"
+                              f"dst={p}" for p in node.volumes]
+            assert _spec_hash(cfg, node, "img") != _spec_hash(cfg, StageNode(node.name, node.groups), "img")

@@ -37,14 +37,15 @@ def stage_nodes(cluster: Cluster) -> list:
         cgroups = production and "slurm_compute" in member_of
         fuse = bool({"flash_client", "flash_chunk", "flash_meta"} & set(member_of))
         # NFS-Ganesha's VFS FSAL exports through file handles: open_by_handle_at needs DAC_READ_SEARCH,
-        # and the container's overlayfs root gives no handles, so each export path is a tmpfs here.
+        # and the container's overlayfs root gives no handles, so each export path is a volume of the node's
+        # own on the host's file system (Ganesha 6 skips tmpfs: "Ignoring /export/home because type tmpfs").
         # (Ganesha 6 also wants SYS_RESOURCE for prctl(PR_SET_IO_FLUSHER); these hosts' root lacks it in its own
         # bounding set, so no container can have it: the spec's ganesha.allow_set_io_flusher_fail lets it start.)
         nfs_exports = tuple(e.path for n in spec.storage.nfs if n.server_group == group.name for e in n.exports)
         caps = ("DAC_READ_SEARCH",) if nfs_exports else ()
         for host in group.hosts:
             nodes.append(StageNode(name=host, groups=member_of, gpu_devices=cluster.gpu_devices(group), fuse=fuse,
-                                   caps=caps, tmpfs=nfs_exports, cgroups=cgroups))
+                                   caps=caps, volumes=nfs_exports, cgroups=cgroups))
     return nodes
 
 

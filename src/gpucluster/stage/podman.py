@@ -66,7 +66,10 @@ class StageNode:
     fuse: bool = False
     memory_mb: int | None = None
     caps: tuple[str, ...] = ()  # extra capabilities, e.g. DAC_READ_SEARCH (NFS-Ganesha's open_by_handle_at)
-    tmpfs: tuple[str, ...] = ()  # paths mounted as tmpfs: overlayfs gives no file handles to export over NFS
+    tmpfs: tuple[str, ...] = ()  # paths mounted as tmpfs (gone when the node restarts)
+    # Paths on a podman volume of the node's own: the host's file system, kept across restarts. NFS exports go
+    # here: the overlayfs root gives no file handles, and NFS-Ganesha 6 will not export a tmpfs.
+    volumes: tuple[str, ...] = ()
     address: str | None = None  # static IPv4 on the cluster's network (up() assigns it from the subnet)
     # Slurm's cgroup plugins run here (proctrack/cgroup, task/cgroup, ConstrainDevices): a private cgroup
     # namespace whose v1 hierarchies the node may write, CAP_SYS_ADMIN, and GPU stand-ins with their own
@@ -131,6 +134,11 @@ def container_name(cfg: StageConfig, node: str) -> str:
     return f"{network_name(cfg)}-{node}"
 
 
+def volume_name(cfg: StageConfig, node: str, path: str) -> str:
+    """The node's podman volume for `path` (e.g. gpc-staging-1a2b3c4d-nfs01-export_home)."""
+    return f"{container_name(cfg, node)}-{path.strip('/').replace('/', '_')}"
+
+
 def _paths(cfg: StageConfig) -> dict[str, Path]:
     d = Path(cfg.state_dir)
     return {name: d / name for name in _STATE_FILES}
@@ -153,8 +161,8 @@ def _validate(cfg: StageConfig, nodes: list[StageNode]) -> None:
                 problems.append(f"node {n.name}: gpu device {dev!r} is not a /dev/NAME path")
         problems += [f"node {n.name}: capability {c!r} is not a name like DAC_READ_SEARCH"
                      for c in n.caps if not re.match(r"^[A-Z_]+$", c)]
-        problems += [f"node {n.name}: tmpfs path {p!r} is not an absolute /path"
-                     for p in n.tmpfs if not re.match(r"^/[A-Za-z0-9._/-]+$", p)]
+        problems += [f"node {n.name}: tmpfs or volume path {p!r} is not an absolute /path"
+                     for p in (*n.tmpfs, *n.volumes) if not re.match(r"^/[A-Za-z0-9._/-]+$", p)]
         if n.memory_mb is not None and n.memory_mb < 64:
             problems.append(f"node {n.name}: memory_mb={n.memory_mb} is too small for systemd (>= 64)")
     if cfg.runtime.startswith("/") and not Path(cfg.runtime).exists():
@@ -312,6 +320,7 @@ def _spec_hash(cfg: StageConfig, node: StageNode, image: str) -> str:
             network_name(cfg)]
     spec += [f"cap:{c}" for c in node.caps] + [f"tmpfs:{p}" for p in node.tmpfs]  # absent: hash unchanged
     spec += [f"cgroups:{STAND_IN_MAJOR}"] if node.cgroups else []
+    spec += [f"volume:{p}" for p in node.volumes]
     spec += [f"ip:{node.address}"] if node.address else []
     return hashlib.sha256("\0".join(spec).encode()).hexdigest()[:12]
 
@@ -353,7 +362,22 @@ def _run_args(cfg: StageConfig, node: StageNode, image: str, port: int) -> list[
         args += ["--cap-add", cap]
     for path in node.tmpfs:
         args += ["--tmpfs", f"{path}:rw,exec,mode=0755"]
+    for path in node.volumes:
+        args += ["--mount", f"type=volume,src={volume_name(cfg, node.name, path)},dst={path}"]
     return [*args, image, *(["/bin/sh", "-c", _CGROUP_INIT] if node.cgroups else ["/sbin/init"])]
+
+
+def _ensure_volumes(cfg: StageConfig, nodes: list[StageNode], log: Log) -> None:
+    """Each node's volumes, labelled like the network so down() finds them; an existing one is kept (a node
+    recreated on a new image keeps its export's files, as a real server keeps its disk)."""
+    for node in nodes:
+        for path in node.volumes:
+            name = volume_name(cfg, node.name, path)
+            if run(["podman", "volume", "exists", name], check=False).returncode == 0:
+                continue
+            _podman("volume", "create", "--label", f"{LABEL_CLUSTER}={cfg.cluster}",
+                    "--label", f"{LABEL_STATE}={state_hash(cfg)}", "--label", f"{LABEL_NODE}={node.name}", name)
+            log(f"stage: node {node.name}: created volume {name} for {path}")
 
 
 def _stand_in_path(cfg: StageConfig, index: int) -> Path:
@@ -483,6 +507,7 @@ def up(cfg: StageConfig, nodes: list[StageNode], log: Log = print) -> StagedClus
         paths = _paths(cfg)
         _ensure_key(paths, cfg, log)
         _ensure_stand_ins(cfg, nodes)
+        _ensure_volumes(cfg, nodes, log)
         net = network_name(cfg)
         if run(["podman", "network", "exists", net], check=False).returncode != 0:
             _podman("network", "create", "--label", f"{LABEL_CLUSTER}={cfg.cluster}",
@@ -599,6 +624,12 @@ def down(cfg: StageConfig, log: Log = print) -> None:
             # No -f: that would also remove containers that are not ours if any joined the network.
             _podman("network", "rm", net)
             log(f"stage: removed podman network {net}")
+        volumes = _podman("volume", "ls", "--format", "{{.Name}}",
+                          "--filter", f"label={LABEL_STATE}={state_hash(cfg)}",
+                          "--filter", f"label={LABEL_CLUSTER}={cfg.cluster}").split()
+        if volumes:
+            _podman("volume", "rm", *volumes)  # no -f: a volume some other container still uses stays
+            log(f"stage: removed {len(volumes)} volume(s) of cluster {cfg.cluster}")
         if _owns_state_dir(cfg):
             shutil.rmtree(d)
             log(f"stage: removed state directory {d}")
