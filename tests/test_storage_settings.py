@@ -211,3 +211,21 @@ def test_ganesha_settings_reach_the_export_and_the_mount_units():
     assert "\tProtocols = 4;\n\tNFS_Port" in conf and "\tGrace_Period = 120;\n\tLease_Lifetime = 30;\n" in conf
     assert "\tSquash = All_Squash;\n" in conf and "\t\tClients = 10.0.0.0/8, @ops;\n" in conf
     assert "\nTimeoutSec=90\n" in out["home-shared.mount"]
+
+
+def test_moosefs_admin_grants_admin_rights_on_the_root_export_only():
+    """MooseFS 4 needs admin rights to create the storage class of the replicas; off by default (no change)."""
+    def exports(out):
+        return [line.split("\t") for line in out["mfsexports.cfg"].splitlines() if line and not line.startswith("#")]
+
+    assert all("admin" not in opts for _n, _d, opts in exports(_render()))
+    granted = exports(_render(flash={"admin": True}))
+    assert [opts.split(",") for _n, d, opts in granted if d == "/"] == [["rw", "alldirs", "admin", "maproot=0:0"]]
+    assert all("admin" not in opts for _n, d, opts in granted if d == ".")
+
+
+def test_ganesha_may_start_without_the_io_flusher_only_when_asked():
+    """Ganesha 6 exits when prctl(PR_SET_IO_FLUSHER) is refused (no CAP_SYS_RESOURCE); the knob is the server's."""
+    assert "allow_set_io_flusher_fail" not in _render()["ganesha.conf"]
+    core = _render(nfs={"allow_set_io_flusher_fail": True})["ganesha.conf"].split("NFS_CORE_PARAM {", 1)[1]
+    assert core.split("}", 1)[0].splitlines()[-1] == "\tallow_set_io_flusher_fail = true;"

@@ -178,8 +178,11 @@ def test_pins_and_sysctls_come_from_role_defaults(doc):
     roles = Path(__file__).resolve().parent.parent / "roles"
     if not (roles / "slurm_common" / "defaults" / "main.yml").exists():
         pytest.skip("roles/ not in this checkout")
-    slurm = yaml.safe_load((roles / "slurm_common" / "defaults" / "main.yml").read_text())["slurm_common_version"]
+    # the default is the node's Debian release's (vars/Debian-<major>.yml): one pin per release
+    slurm = {path.stem.removeprefix("Debian-"): yaml.safe_load(path.read_text())["__slurm_common_default_version"]
+             for path in (roles / "slurm_common" / "vars").glob("Debian-*.yml")}
     common = yaml.safe_load((roles / "common" / "defaults" / "main.yml").read_text())["common_sysctls"]
+    assert set(slurm) >= {"12", "13"}
     assert doc["packages"]["slurm_compute"]["slurmd"] == slurm
     assert doc["sysctls"]["all"] == {k: str(v) for k, v in common.items()}
 
@@ -263,13 +266,14 @@ def test_host_facts_parsing():
             "@@packages\nmunge ii  0.5.15-2+deb12u1\nslurmd rc  22.05.8-4+deb12u3\n"
             "@@sysctls\nfs.file-max\tro\t2466170 \nnet.core.somaxconn\trw\t4096 \n"
             "net.core.netdev_max_backlog\tmissing\t\n"
-            "@@sysctl_file\n# Managed by Ansible\nfs.file-max = 1048576\n@@container\npodman\n")
+            "@@sysctl_file\n# Managed by Ansible\nfs.file-max = 1048576\n@@container\npodman\n@@release\n13\n")
     f = lib.parse_facts(text)
     assert f["units"]["ssh"]["ActiveState"] == "active" and f["units"]["slurmd"]["SubState"] == "dead"
     assert f["packages"] == {"munge": "0.5.15-2+deb12u1"}  # 'rc' (removed, config left) is not installed
     assert f["sysctls"]["fs.file-max"] == {"access": "ro", "value": "2466170"}
     assert f["sysctls"]["net.core.netdev_max_backlog"]["access"] == "missing"
     assert f["sysctl_file"] == {"fs.file-max": "1048576"} and f["container"] == "podman"
+    assert f["release"] == "13"  # the Debian major a per-release pin is chosen by
     assert lib.parse_facts("@@container\nnone\n")["container"] is None
 
 

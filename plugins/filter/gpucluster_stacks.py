@@ -28,6 +28,9 @@ KEYRING_DIR = "/etc/apt/keyrings"
 SOURCE_ROLES = ("nvidia_gpu", "amd_gpu", "rdma")
 # /dev/null: what `podman run --device /dev/null:/dev/nvidia0` puts at a GPU's path on staged nodes.
 STAND_IN_DEVICE = "1:3"
+# Staged nodes whose Slurm constrains devices get one number per GPU instead: major 120, reserved for local
+# use, which no driver claims (gpucluster.stage.podman.STAND_IN_MAJOR).
+STAND_IN_MAJOR = 120
 
 
 def _gpucluster():
@@ -157,7 +160,7 @@ def debian_mirror(texts: list[str] | dict[str, str]) -> str:
 
 def device_files(stat_lines: list[str]) -> dict[str, list[str]]:
     """Split `stat -c '%n %F %t:%T' /dev/nvidia[0-9]*` output into real device nodes and stand-ins
-    (character device 1:3, /dev/null mapped at the GPU's path). stat prints the numbers in hex."""
+    (character device 1:3, /dev/null mapped at the GPU's path, or 120:N). stat prints the numbers in hex."""
     devices, stand_ins = [], []
     for line in stat_lines or []:
         parts = str(line).rsplit(" ", 1)
@@ -169,7 +172,8 @@ def device_files(stat_lines: list[str]) -> dict[str, list[str]]:
             numbers = f"{int(major, 16)}:{int(minor, 16)}"
         except ValueError:
             continue
-        (stand_ins if numbers == STAND_IN_DEVICE else devices).append(name)
+        stand_in = numbers == STAND_IN_DEVICE or numbers.split(":")[0] == str(STAND_IN_MAJOR)
+        (stand_ins if stand_in else devices).append(name)
     return {"devices": devices, "stand_ins": stand_ins}
 
 

@@ -12,6 +12,8 @@ from pathlib import Path
 from gpucluster.errors import OperationError
 
 APT_DIR = Path("/etc/apt")
+# The host's own release (Debian 12): its mirror is the one the apt sources must name. Other suites
+# (trixie for Debian 13 nodes, sid for the newest Slurm) are read from the same mirror.
 SUITE = "bookworm"
 COMPONENTS = ("main", "contrib", "non-free", "non-free-firmware")
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
@@ -25,15 +27,16 @@ class AptSource:
 
 @dataclass(frozen=True)
 class DebianMirror:
-    """The mirror for the release, plus the security archive and -updates when the host has them."""
+    """The mirror for one suite, plus the security archive and -updates when the host has them."""
 
     uri: str
     security_uri: str | None
     updates: bool
+    suite: str = SUITE
 
     def sources_deb822(self) -> str:
         """The apt sources a staged node gets: the host's mirror with every Debian component."""
-        suites = [SUITE] + ([f"{SUITE}-updates"] if self.updates else [])
+        suites = [self.suite] + ([f"{self.suite}-updates"] if self.updates else [])
         comps = " ".join(COMPONENTS)
         text = (
             f"Types: deb\nURIs: {self.uri}\nSuites: {' '.join(suites)}\n"
@@ -41,7 +44,7 @@ class DebianMirror:
         )
         if self.security_uri:
             text += (
-                f"\nTypes: deb\nURIs: {self.security_uri}\nSuites: {SUITE}-security\n"
+                f"\nTypes: deb\nURIs: {self.security_uri}\nSuites: {self.suite}-security\n"
                 f"Components: {comps}\nSigned-By: {KEYRING}\n"
             )
         return text
@@ -110,16 +113,25 @@ def host_sources(apt_dir: Path = APT_DIR) -> list[AptSource]:
     return sources
 
 
-def debian_mirror(apt_dir: Path = APT_DIR) -> DebianMirror:
-    """The host's Debian mirror for SUITE; OperationError when the apt sources name none."""
+def debian_mirror(apt_dir: Path = APT_DIR, suite: str = SUITE) -> DebianMirror:
+    """The host's Debian mirror for `suite`; OperationError when the apt sources name none.
+
+    A suite the host's sources do not list (a Debian 12 host building Debian 13 nodes) is read from the
+    mirror they list for the host's own release, the archive and security URIs alike: one Debian mirror
+    serves every suite, and the host's sources are the only place this toolkit may learn its address.
+    Its -updates follow the host's own (a host that takes bookworm-updates gets trixie-updates).
+    """
     sources = host_sources(apt_dir)
-    main = next((s for s in sources if SUITE in s.suites), None)
-    if main is None:
+    own = next((s for s in sources if suite in s.suites), None)
+    host = own or next((s for s in sources if SUITE in s.suites), None)
+    if host is None:
+        wanted = suite if suite == SUITE else f"{suite}' or '{SUITE}"
         raise OperationError(
-            f"no Debian '{SUITE}' mirror found in {apt_dir}/sources.list or "
+            f"no Debian '{wanted}' mirror found in {apt_dir}/sources.list or "
             f"{apt_dir}/sources.list.d/: staged images are built from the mirror the host's apt "
             f"sources name; add a 'deb <mirror> {SUITE} main' source"
         )
-    security = next((s.uri for s in sources if f"{SUITE}-security" in s.suites), None)
-    updates = any(f"{SUITE}-updates" in s.suites for s in sources)
-    return DebianMirror(uri=main.uri, security_uri=security, updates=updates)
+    base = suite if own is not None else SUITE
+    security = next((s.uri for s in sources if f"{base}-security" in s.suites), None)
+    updates = any(f"{base}-updates" in s.suites for s in sources)
+    return DebianMirror(uri=host.uri, security_uri=security, updates=updates, suite=suite)

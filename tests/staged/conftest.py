@@ -47,6 +47,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "examples" / "staging.yaml"
+TRIXIE_SPEC = ROOT / "examples" / "staging-trixie.yaml"  # the same cluster on Slurm 24.11, Debian 13 nodes
 
 
 def pytest_collection_modifyitems(config, items):
@@ -159,15 +160,15 @@ def cli(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess
                           stdin=subprocess.DEVNULL, timeout=timeout, env=env, check=False)
 
 
-def _fresh_image_in_ci(log) -> None:
+def _fresh_image_in_ci(log, suite: str | None = None) -> None:
     """CI builds the staged-node image in the same run that configures it: a cached image older than an hour
     once hid a demo that failed on every new machine (apt's cache_valid_time trusted the empty index of a
     fresh image). Outside CI the recipe-hash cache is kept (a developer's second run takes seconds)."""
     if not os.environ.get("CI"):
         return
-    from gpucluster.stage.image import IMAGE_REPO, image_ref
+    from gpucluster.stage.image import IMAGE_REPO, SUITE, image_ref
 
-    ref = image_ref()
+    ref = image_ref(suite=suite or SUITE)
     if subprocess.run(["podman", "image", "exists", ref], check=False).returncode == 0:
         log(f"CI: removing the cached image {ref} so this run builds and configures a fresh one")
         subprocess.run(["podman", "rmi", "--force", ref], check=True, capture_output=True)
@@ -232,3 +233,53 @@ def staged_cluster(tmp_path_factory: pytest.TempPathFactory):
         finally:
             for d in (inv_dir, state, cluster_state, base / "stage-inventory", secrets.parent):
                 shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def staged_trixie(tmp_path_factory: pytest.TempPathFactory):
+    """The configured staged cluster of examples/staging-trixie.yaml (StagedHandle): Slurm 24.11 on Debian 13
+    nodes, on the production cgroup profile. Set up like staged_cluster (inventory --ssh-config, secrets
+    --generate, configure --secrets), with its own tmp folders, names, network and ports; module scope, so
+    its seven containers are gone before the next file's tests run (no disruptive test may use it: those
+    are reordered to the session's end)."""
+    reason = _missing_tools()
+    if reason:
+        skip_or_fail(reason)
+    from gpucluster.cluster import load_cluster
+    from gpucluster.stage.lifecycle import node_suite, stage_up
+    from gpucluster.stage.podman import StageConfig, down
+
+    cluster = load_cluster(TRIXIE_SPEC)
+    loaded, plan = cluster.loaded, cluster.plan
+    base = tmp_path_factory.mktemp("staged-trixie")
+    state, inv_dir, logs = base / "stage", base / "inventory", base / "logs"
+    cluster_state, secrets = base / "cluster-state", base / "operator" / "secrets.json"
+    logs.mkdir()
+    stage_log = (logs / "stage.log").open("w")
+
+    def log(m: str) -> None:
+        stage_log.write(m + "\n")
+        stage_log.flush()
+
+    try:
+        _fresh_image_in_ci(log, node_suite(cluster, str(TRIXIE_SPEC)))
+        staged, _stage_inventory = stage_up(str(TRIXIE_SPEC), state=str(state),
+                                            inventory=str(base / "stage-inventory"), log=log, cluster=cluster)
+        res = cli("inventory", str(TRIXIE_SPEC), "-o", str(inv_dir), "--ssh-config", str(staged.ssh_config),
+                  "--state-dir", str(cluster_state))
+        assert res.returncode == 0, f"gpucluster inventory --ssh-config failed: {res.stderr}"
+        res = cli("secrets", "--generate", "-o", str(secrets))
+        assert res.returncode == 0, f"gpucluster secrets --generate failed: {res.stderr}"
+        handle = StagedHandle(spec=loaded.spec, plan=plan, loaded=loaded, spec_path=TRIXIE_SPEC,
+                              inventory=inv_dir / "hosts.yml", state_dir=cluster_state, staged=staged, logs=logs,
+                              secrets_file=secrets)
+        handle.first_configure = handle.configure()
+        yield handle
+    finally:
+        stage_log.close()
+        try:
+            down(StageConfig(cluster=loaded.spec.name, state_dir=state), log=lambda _m: None)
+        finally:
+            for d in (inv_dir, state, cluster_state, base / "stage-inventory", secrets.parent):
+                shutil.rmtree(d, ignore_errors=True)
+

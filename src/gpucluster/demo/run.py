@@ -36,8 +36,28 @@ def _ssh(config: Path, host: str, command: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300, check=False)
 
 
+def slurm_versions(config: Path, ctl: str, hosts: list[str]) -> str:
+    """The Slurm that ran a job, read from the running daemons: slurmctld's own version (`scontrol show
+    config`, SLURM_VERSION) and each node's slurmd (`sinfo %v`). The spec says which release the files
+    were rendered for; this says what the cluster actually runs, so a summary on Debian 13 nodes names
+    24.11.x, not what the spec hoped for."""
+    conf = _ssh(config, ctl, "scontrol show config")
+    ctld = next((line.split("=", 1)[1].strip() for line in conf.stdout.splitlines()
+                 if line.split("=", 1)[0].strip() == "SLURM_VERSION"), "")
+    nodes: dict[str, str] = {}
+    if hosts:
+        res = _ssh(config, ctl, f"sinfo -h -N -o '%N|%v' -n {hostlist.collect_hostlist(hosts)}")
+        nodes = dict(line.split("|", 1) for line in res.stdout.split() if "|" in line)
+    seen = {v for v in [ctld, *nodes.values()] if v}
+    if not seen:
+        return "Slurm version unknown (scontrol show config and sinfo %v answered nothing)"
+    if len(seen) == 1:
+        return f"Slurm {seen.pop()} (slurmctld on {ctl}, slurmd on {', '.join(sorted(nodes)) or '?'})"
+    return f"slurmctld {ctld or '?'} on {ctl}; " + ", ".join(f"slurmd {v} on {h}" for h, v in sorted(nodes.items()))
+
+
 def run_job(staged, spec, plan) -> tuple[bool, str]:
-    """Submit a 2-node job asking for one leaf switch and report where Slurm put it."""
+    """Submit a 2-node job asking for one leaf switch and report where Slurm put it, and which Slurm ran it."""
     ctl = spec.groups_with_role("controller")[0].hosts[0]
     cmd = ("sbatch --parsable --wait -N2 --switches=1 --gres=gpu:1 -o /tmp/demo-%j.out "
            "--wrap 'srun hostname; echo SLURM_TOPOLOGY_ADDR=$SLURM_TOPOLOGY_ADDR'")
@@ -62,7 +82,7 @@ def run_job(staged, spec, plan) -> tuple[bool, str]:
     leaves = sorted({plan.unit_of_host[h].name for h in hosts if h in plan.unit_of_host})
     ok = state == "COMPLETED" and len(hosts) == 2 and len(leaves) == 1
     return ok, (f"job {job} {state} on {nodelist} ({plural(len(hosts), 'node')}) under leaf {', '.join(leaves) or '?'} "
-                "(asked -N2 --switches=1)")
+                f"(asked -N2 --switches=1); {slurm_versions(staged.ssh_config, ctl, hosts)}")
 
 
 def demo(spec_path: str) -> int:

@@ -345,6 +345,8 @@ class MooseFs(Strict):
     leave_space: Text = Field(default="256MiB", pattern=MFS_SIZE, description="HDD_LEAVE_SPACE_DEFAULT")
     client_networks: tuple[MfsNetwork, ...] = Field(default=("*",), max_length=64)
     root_squash: Bool = False
+    admin: Bool = Field(default=False, description="MooseFS admin rights on the root export (mfsexports.cfg "
+                        "'admin': storage classes, quotas); MooseFS 4 needs them for replicas other than 2 and 3")
     mount_options: tuple[MountOption, ...] = Field(default=(), max_length=32)
     mount_timeout: Int = Field(default=60, ge=1, le=3600, description="TimeoutSec= of the mount unit")
     master_extra: dict[MfsKey, MfsValue] = Field(default_factory=dict, max_length=64)
@@ -388,6 +390,9 @@ class Ganesha(Strict):
     squash: Literal["Root_Squash", "No_Root_Squash", "All_Squash"] = "Root_Squash"
     clients: tuple[GaneshaClient, ...] = Field(default=("*",), max_length=64)
     mount_timeout: Int = Field(default=60, ge=1, le=3600, description="TimeoutSec= of the clients' mount units")
+    allow_set_io_flusher_fail: Bool = Field(
+        default=False, description="NFS-Ganesha 5+ (Debian 13: 6.5) starts even where prctl(PR_SET_IO_FLUSHER) is "
+                                   "refused (no CAP_SYS_RESOURCE, as in containers); the server's, if any tier asks")
 
     _lists_given = field_validator("protocols", "clients")(_not_empty)
 

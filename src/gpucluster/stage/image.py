@@ -1,9 +1,10 @@
 """The staged-node base image: a debootstrapped Debian root with systemd and sshd, imported into podman.
 
 No image registry is reachable from the machines that stage clusters, so the image is built locally
-from the Debian mirror the host's apt sources name. The recipe text (packages, files, build script,
-apt sources) is hashed; the hash is the image tag, so an unchanged recipe is never rebuilt and any
-change to it builds a new tag.
+from the Debian mirror the host's apt sources name. The recipe text (suite, packages, files, build
+script, apt sources) is hashed; the hash is the image tag, so an unchanged recipe is never rebuilt and
+any change to it builds a new tag. There is one image per Debian suite: staged nodes run the Slurm their
+Debian release ships (SUITES), so a spec on Slurm 24.11 stages Debian 13 nodes.
 """
 
 from __future__ import annotations
@@ -22,10 +23,15 @@ from pathlib import Path
 from string import Template
 
 from gpucluster.aptsources import SUITE, debian_mirror
+from gpucluster.errors import UsageError
 
 from ._proc import Log, StageError, run, run_streaming, tail
 
 IMAGE_REPO = "localhost/gpucluster-node"
+# The Slurm release each Debian suite ships, and so the suite a staged cluster on that release runs:
+# the roles install Debian's own Slurm packages, which exist at exactly one release per suite.
+SUITES: dict[str, str] = {"22.05": "bookworm", "24.11": "trixie"}
+_RELEASES = {"bookworm": "12", "trixie": "13"}
 # Bump when the build procedure changes in a way the recipe text below does not show.
 RECIPE_VERSION = 1
 
@@ -121,12 +127,24 @@ def _build_script() -> str:
     return _BUILD_SCRIPT.substitute(base=" ".join(BASE_PACKAGES), prebake=" ".join(PREBAKED_PACKAGES))
 
 
-def image_recipe() -> str:
+def suite_for(slurm_version: str, source: str = "the spec") -> str:
+    """The Debian suite whose own Slurm packages are `slurm_version`; a usage error naming the staged
+    releases for any other (no Debian release ships 23.x or 25.x, and sid moves too fast to stage)."""
+    if slurm_version not in SUITES:
+        staged = ", ".join(f"{v} on Debian {_RELEASES.get(s, s)} ({s})" for v, s in SUITES.items())
+        raise UsageError(f"{source}: slurm.version: {slurm_version} cannot be staged: staged nodes install the "
+                         f"Slurm their Debian release ships ({staged}); set slurm.version to "
+                         f"{' or '.join(SUITES)} in the spec you stage (`gpucluster render --slurm-version` "
+                         "renders the real cluster's files for any release)")
+    return SUITES[slurm_version]
+
+
+def image_recipe(suite: str = SUITE) -> str:
     """Everything the image is made from, as text; its sha256[:12] is the image tag."""
-    mirror = debian_mirror()
+    mirror = debian_mirror(suite=suite)
     parts = [
         f"gpucluster-node recipe v{RECIPE_VERSION}",
-        f"debootstrap --variant=minbase {SUITE}",
+        f"debootstrap --variant=minbase {suite}",
         "base: " + " ".join(BASE_PACKAGES),
         "prebaked: " + " ".join(PREBAKED_PACKAGES),
         "--- /etc/apt/sources.list.d/debian.sources",
@@ -138,8 +156,8 @@ def image_recipe() -> str:
     return "\n".join(parts)
 
 
-def image_ref(recipe: str | None = None) -> str:
-    recipe = image_recipe() if recipe is None else recipe
+def image_ref(recipe: str | None = None, suite: str = SUITE) -> str:
+    recipe = image_recipe(suite) if recipe is None else recipe
     return f"{IMAGE_REPO}:{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
 
 
@@ -147,9 +165,9 @@ def image_exists(ref: str) -> bool:
     return run(["podman", "image", "exists", ref], check=False, what="podman image exists").returncode == 0
 
 
-def ensure_image(log: Log = print) -> str:
-    """Return the image ref for the current recipe, building it first if podman does not have it."""
-    recipe = image_recipe()
+def ensure_image(log: Log = print, suite: str = SUITE) -> str:
+    """Return the image ref for the suite's current recipe, building it first if podman does not have it."""
+    recipe = image_recipe(suite)
     ref = image_ref(recipe)
     if image_exists(ref):
         log(f"stage: reusing image {ref}")
@@ -158,7 +176,7 @@ def ensure_image(log: Log = print) -> str:
         if image_exists(ref):  # another process built it while we waited
             log(f"stage: reusing image {ref}")
             return ref
-        _build(ref, log)
+        _build(ref, suite, log)
     return ref
 
 
@@ -202,18 +220,18 @@ def _progress(log: Log, prefix: str) -> Callable[[str], None]:
     return on_line
 
 
-def _build(ref: str, log: Log) -> None:
+def _build(ref: str, suite: str, log: Log) -> None:
     for tool in ("debootstrap", "unshare", "chroot", "tar", "podman"):
         if shutil.which(tool) is None:
             raise StageError(f"building the staged-node image needs '{tool}': run scripts/stage-deps.sh")
     if os.geteuid() != 0:
         raise StageError("building the staged-node image needs root (debootstrap, chroot, podman import)")
-    mirror = debian_mirror()
+    mirror = debian_mirror(suite=suite)
     base = Path("/var/tmp") if Path("/var/tmp").is_dir() else None
     work = Path(tempfile.mkdtemp(prefix="gpucluster-image-", dir=base))
     root = work / "root"
     started = time.monotonic()
-    log(f"stage: building image {ref} (debootstrap {SUITE} minbase from the host's apt mirror; "
+    log(f"stage: building image {ref} (debootstrap {suite} minbase from the host's apt mirror; "
         "takes minutes once, then cached by recipe hash)")
     try:
         on_line = _progress(log, "stage: image: ")
@@ -221,7 +239,7 @@ def _build(ref: str, log: Log) -> None:
         # even when it is killed, so no mount under the work directory outlives the build.
         run_streaming(
             ["unshare", "--mount", "--propagation", "private", "--",
-             "debootstrap", "--variant=minbase", SUITE, str(root), mirror.uri],
+             "debootstrap", "--variant=minbase", suite, str(root), mirror.uri],
             on_line=on_line, timeout=1800, what="debootstrap",
         )
         (root / "etc/apt/sources.list.d").mkdir(parents=True, exist_ok=True)

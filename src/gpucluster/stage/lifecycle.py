@@ -1,7 +1,9 @@
 """Bring a spec's staged cluster up, down, or report it: the library behind `gpucluster stage`.
 
 The node names, groups, leaves and racks come from the compiled cluster, so the staged cluster has
-the shape of the real one; the inventory is written by the same writer real clusters use.
+the shape of the real one; the inventory is written by the same writer real clusters use. The nodes
+run the Debian release whose Slurm the spec renders for (22.05: Debian 12, 24.11: Debian 13), and a
+spec on the production profile gets compute nodes where Slurm's cgroup plugins work.
 """
 
 from __future__ import annotations
@@ -20,22 +22,39 @@ def state_dir_for(cluster: str, base: str | None = None) -> Path:
 
 
 def stage_nodes(cluster: Cluster) -> list:
-    """StageNodes for every node of the cluster. GPU device files are staging stand-ins."""
+    """StageNodes for every node of the cluster. GPU device files are staging stand-ins.
+
+    On the production profile (proctrack/cgroup, task/cgroup with ConstrainDevices) slurmd creates job
+    cgroups, so its nodes get writable cgroups and stand-ins Slurm can tell apart; the staging profile
+    swaps those plugins for ones that need neither."""
     from gpucluster.stage.podman import StageNode
 
     spec = cluster.spec
+    production = spec.slurm.profile == "production"
     nodes = []
     for group in spec.node_groups:
         member_of = cluster.memberships(group)
+        cgroups = production and "slurm_compute" in member_of
         fuse = bool({"flash_client", "flash_chunk", "flash_meta"} & set(member_of))
         # NFS-Ganesha's VFS FSAL exports through file handles: open_by_handle_at needs DAC_READ_SEARCH,
-        # and the container's overlayfs root gives no handles, so each export path is a tmpfs here.
+        # and the container's overlayfs root gives no handles, so each export path is a volume of the node's
+        # own on the host's file system (Ganesha 6 skips tmpfs: "Ignoring /export/home because type tmpfs").
+        # (Ganesha 6 also wants SYS_RESOURCE for prctl(PR_SET_IO_FLUSHER); these hosts' root lacks it in its own
+        # bounding set, so no container can have it: the spec's ganesha.allow_set_io_flusher_fail lets it start.)
         nfs_exports = tuple(e.path for n in spec.storage.nfs if n.server_group == group.name for e in n.exports)
         caps = ("DAC_READ_SEARCH",) if nfs_exports else ()
         for host in group.hosts:
             nodes.append(StageNode(name=host, groups=member_of, gpu_devices=cluster.gpu_devices(group), fuse=fuse,
-                                   caps=caps, tmpfs=nfs_exports))
+                                   caps=caps, volumes=nfs_exports, cgroups=cgroups))
     return nodes
+
+
+def node_suite(cluster: Cluster, spec_path: str) -> str:
+    """The Debian suite of the staged nodes: the one that ships the spec's Slurm release."""
+    from gpucluster.stage.image import suite_for
+
+    line = cluster.loaded.line(("slurm", "version"))
+    return suite_for(cluster.spec.slurm.version, f"{spec_path}:{line}" if line else str(spec_path))
 
 
 def connection_vars(staged) -> dict[str, dict]:
@@ -68,7 +87,8 @@ def stage_up(spec_path: str, *, state: str | None = None, inventory: str | None 
     if cluster.plan.nodes > MAX_STAGED_NODES:
         raise UsageError(f"{spec_path}: {cluster.plan.nodes} nodes is too many to stage on one machine "
                          f"(at most {MAX_STAGED_NODES}); stage a scaled-down spec such as examples/staging.yaml")
-    cfg_kwargs = {"cluster": spec.name, "state_dir": state_dir_for(spec.name, state)}
+    cfg_kwargs = {"cluster": spec.name, "state_dir": state_dir_for(spec.name, state),
+                  "suite": node_suite(cluster, spec_path)}
     if runtime:
         cfg_kwargs["runtime"] = runtime
     if ulimits:

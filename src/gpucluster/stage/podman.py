@@ -18,10 +18,13 @@ import os
 import re
 import shutil
 import socket
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from gpucluster.aptsources import SUITE
 
 from ._proc import Log, StageError, run
 from .image import ensure_image
@@ -38,6 +41,19 @@ _MIN_INOTIFY_INSTANCES = 1024
 _HOSTKEY_WHEN_SSH_ACTIVE = "systemctl -q is-active ssh.service && cat /etc/ssh/ssh_host_ed25519_key.pub"
 _MARKER = ".gpucluster-stage"
 _STATE_FILES = ("id_ed25519", "id_ed25519.pub", "known_hosts", "ssh_config", "ports.json")
+# STAGING STAND-INS for the GPUs of nodes that run Slurm's cgroup plugins: character devices of major
+# 120, which the kernel's devices.txt reserves for LOCAL/EXPERIMENTAL USE and no driver claims. Each
+# GPU of a node gets its own number (minor = its index), so Slurm's device cgroup can allow one and
+# deny the others; /dev/null for all of them would make "deny the GPUs a job did not get" deny
+# /dev/null itself. Opening one fails with ENXIO (no driver) once the device cgroup let it through,
+# and with EPERM where the cgroup denies it: the difference a job's GPU isolation is tested by.
+STAND_IN_MAJOR = 120
+_STAND_IN_DIR = "stand-ins"
+# PID 1 of a node with writable cgroups: podman mounts the node's cgroup v1 hierarchies read-only; in a
+# private cgroup namespace each is the node's own subtree, so remounting them writable lets slurmd create
+# job cgroups there and nowhere else. Then systemd, as in every node.
+_CGROUP_INIT = ('set -e; for m in $(awk \'$3 == "cgroup" {print $2}\' /proc/self/mounts | sort -u); '
+                'do mount -o remount,bind,rw "$m"; done; exec /sbin/init')
 
 
 @dataclass(frozen=True)
@@ -50,8 +66,15 @@ class StageNode:
     fuse: bool = False
     memory_mb: int | None = None
     caps: tuple[str, ...] = ()  # extra capabilities, e.g. DAC_READ_SEARCH (NFS-Ganesha's open_by_handle_at)
-    tmpfs: tuple[str, ...] = ()  # paths mounted as tmpfs: overlayfs gives no file handles to export over NFS
+    tmpfs: tuple[str, ...] = ()  # paths mounted as tmpfs (gone when the node restarts)
+    # Paths on a podman volume of the node's own: the host's file system, kept across restarts. NFS exports go
+    # here: the overlayfs root gives no file handles, and NFS-Ganesha 6 will not export a tmpfs.
+    volumes: tuple[str, ...] = ()
     address: str | None = None  # static IPv4 on the cluster's network (up() assigns it from the subnet)
+    # Slurm's cgroup plugins run here (proctrack/cgroup, task/cgroup, ConstrainDevices): a private cgroup
+    # namespace whose v1 hierarchies the node may write, CAP_SYS_ADMIN, and GPU stand-ins with their own
+    # device numbers (STAND_IN_MAJOR) instead of /dev/null.
+    cgroups: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,7 +83,8 @@ class StageConfig:
 
     runtime: crun fails on the development machines (hybrid cgroups, rlimits), runc works.
     ulimits: raising rlimits beyond these is refused there; pass others where the host allows them.
-    image: a prebuilt image ref; None builds or reuses the one for the current recipe.
+    image: a prebuilt image ref; None builds or reuses the one for the current recipe of `suite`.
+    suite: the Debian release of the nodes (image.SUITES: the one whose Slurm the spec renders for).
     """
 
     cluster: str
@@ -68,6 +92,7 @@ class StageConfig:
     runtime: str = "/usr/sbin/runc"
     ulimits: tuple[str, ...] = ("nofile=1024:4096", "nproc=4096:4096")
     image: str | None = None
+    suite: str = SUITE
 
 
 @dataclass
@@ -109,6 +134,11 @@ def container_name(cfg: StageConfig, node: str) -> str:
     return f"{network_name(cfg)}-{node}"
 
 
+def volume_name(cfg: StageConfig, node: str, path: str) -> str:
+    """The node's podman volume for `path` (e.g. gpc-staging-1a2b3c4d-nfs01-export_home)."""
+    return f"{container_name(cfg, node)}-{path.strip('/').replace('/', '_')}"
+
+
 def _paths(cfg: StageConfig) -> dict[str, Path]:
     d = Path(cfg.state_dir)
     return {name: d / name for name in _STATE_FILES}
@@ -131,8 +161,8 @@ def _validate(cfg: StageConfig, nodes: list[StageNode]) -> None:
                 problems.append(f"node {n.name}: gpu device {dev!r} is not a /dev/NAME path")
         problems += [f"node {n.name}: capability {c!r} is not a name like DAC_READ_SEARCH"
                      for c in n.caps if not re.match(r"^[A-Z_]+$", c)]
-        problems += [f"node {n.name}: tmpfs path {p!r} is not an absolute /path"
-                     for p in n.tmpfs if not re.match(r"^/[A-Za-z0-9._/-]+$", p)]
+        problems += [f"node {n.name}: tmpfs or volume path {p!r} is not an absolute /path"
+                     for p in (*n.tmpfs, *n.volumes) if not re.match(r"^/[A-Za-z0-9._/-]+$", p)]
         if n.memory_mb is not None and n.memory_mb < 64:
             problems.append(f"node {n.name}: memory_mb={n.memory_mb} is too small for systemd (>= 64)")
     if cfg.runtime.startswith("/") and not Path(cfg.runtime).exists():
@@ -289,6 +319,8 @@ def _spec_hash(cfg: StageConfig, node: StageNode, image: str) -> str:
     spec = [image, cfg.runtime, *cfg.ulimits, *node.gpu_devices, str(node.fuse), str(node.memory_mb),
             network_name(cfg)]
     spec += [f"cap:{c}" for c in node.caps] + [f"tmpfs:{p}" for p in node.tmpfs]  # absent: hash unchanged
+    spec += [f"cgroups:{STAND_IN_MAJOR}"] if node.cgroups else []
+    spec += [f"volume:{p}" for p in node.volumes]
     spec += [f"ip:{node.address}"] if node.address else []
     return hashlib.sha256("\0".join(spec).encode()).hexdigest()[:12]
 
@@ -314,17 +346,63 @@ def _run_args(cfg: StageConfig, node: StageNode, image: str, port: int) -> list[
     ]
     for limit in cfg.ulimits:
         args += ["--ulimit", limit]
-    for dev in node.gpu_devices:
-        args += ["--device", f"/dev/null:{dev}"]  # STAGING STAND-IN: a char device, not a GPU
+    for i, dev in enumerate(node.gpu_devices):
+        # STAGING STAND-IN: a char device, not a GPU (/dev/null, or its own number where cgroups constrain it)
+        source = _stand_in_path(cfg, i) if node.cgroups else Path("/dev/null")
+        args += ["--device", f"{source}:{dev}"]
+    if node.cgroups:
+        args += ["--cgroupns", "private"]
     if node.fuse:
-        args += ["--device", "/dev/fuse", "--cap-add", "SYS_ADMIN"]
+        args += ["--device", "/dev/fuse"]
+    if node.fuse or node.cgroups:
+        args += ["--cap-add", "SYS_ADMIN"]
     if node.memory_mb:
         args += ["--memory", f"{node.memory_mb}m"]
     for cap in node.caps:
         args += ["--cap-add", cap]
     for path in node.tmpfs:
         args += ["--tmpfs", f"{path}:rw,exec,mode=0755"]
-    return [*args, image, "/sbin/init"]
+    for path in node.volumes:
+        args += ["--mount", f"type=volume,src={volume_name(cfg, node.name, path)},dst={path}"]
+    return [*args, image, *(["/bin/sh", "-c", _CGROUP_INIT] if node.cgroups else ["/sbin/init"])]
+
+
+def _ensure_volumes(cfg: StageConfig, nodes: list[StageNode], log: Log) -> None:
+    """Each node's volumes, labelled like the network so down() finds them; an existing one is kept (a node
+    recreated on a new image keeps its export's files, as a real server keeps its disk)."""
+    for node in nodes:
+        for path in node.volumes:
+            name = volume_name(cfg, node.name, path)
+            if run(["podman", "volume", "exists", name], check=False).returncode == 0:
+                continue
+            _podman("volume", "create", "--label", f"{LABEL_CLUSTER}={cfg.cluster}",
+                    "--label", f"{LABEL_STATE}={state_hash(cfg)}", "--label", f"{LABEL_NODE}={node.name}", name)
+            log(f"stage: node {node.name}: created volume {name} for {path}")
+
+
+def _stand_in_path(cfg: StageConfig, index: int) -> Path:
+    return Path(cfg.state_dir) / _STAND_IN_DIR / f"gpu{index}"
+
+
+def _ensure_stand_ins(cfg: StageConfig, nodes: list[StageNode]) -> None:
+    """The host-side device files podman copies into nodes with cgroups (--device SOURCE:PATH keeps the
+    source's numbers): char STAND_IN_MAJOR:i, in the cluster's private state folder."""
+    count = max((len(n.gpu_devices) for n in nodes if n.cgroups), default=0)
+    if not count:
+        return
+    folder = Path(cfg.state_dir) / _STAND_IN_DIR
+    folder.mkdir(mode=0o700, exist_ok=True)
+    for i in range(count):
+        path = _stand_in_path(cfg, i)
+        want = os.makedev(STAND_IN_MAJOR, i)
+        with contextlib.suppress(FileNotFoundError):
+            st = path.lstat()
+            if stat.S_ISCHR(st.st_mode) and st.st_rdev == want:
+                continue
+            path.unlink()
+        # 0666 like a GPU's device file; the folder (0700) keeps it from everyone but root on the host
+        os.mknod(path, 0o666 | stat.S_IFCHR, want)
+        path.chmod(0o666)
 
 
 def _create(cfg: StageConfig, node: StageNode, image: str, port: int, taken: set[int], log: Log) -> int:
@@ -425,9 +503,11 @@ def up(cfg: StageConfig, nodes: list[StageNode], log: Log = print) -> StagedClus
     started = time.monotonic()
     _claim_state_dir(cfg)
     with _lock(cfg):
-        image = cfg.image or ensure_image(log)
+        image = cfg.image or ensure_image(log, suite=cfg.suite)
         paths = _paths(cfg)
         _ensure_key(paths, cfg, log)
+        _ensure_stand_ins(cfg, nodes)
+        _ensure_volumes(cfg, nodes, log)
         net = network_name(cfg)
         if run(["podman", "network", "exists", net], check=False).returncode != 0:
             _podman("network", "create", "--label", f"{LABEL_CLUSTER}={cfg.cluster}",
@@ -474,8 +554,10 @@ def up(cfg: StageConfig, nodes: list[StageNode], log: Log = print) -> StagedClus
             ports[node.name] = port
             extra = ""
             if node.gpu_devices:
-                extra = (f"; {', '.join(node.gpu_devices)} are STAGING STAND-INS (/dev/null), "
-                         "not GPUs")
+                numbers = f"character devices {STAND_IN_MAJOR}:N" if node.cgroups else "/dev/null"
+                extra = f"; {', '.join(node.gpu_devices)} are STAGING STAND-INS ({numbers}), not GPUs"
+            if node.cgroups:
+                extra += "; writable cgroup v1 hierarchies in a private cgroup namespace for Slurm"
             log(f"stage: node {node.name}: created container {container_name(cfg, node.name)} "
                 f"(ssh 127.0.0.1:{port}{extra})")
 
@@ -542,6 +624,12 @@ def down(cfg: StageConfig, log: Log = print) -> None:
             # No -f: that would also remove containers that are not ours if any joined the network.
             _podman("network", "rm", net)
             log(f"stage: removed podman network {net}")
+        volumes = _podman("volume", "ls", "--format", "{{.Name}}",
+                          "--filter", f"label={LABEL_STATE}={state_hash(cfg)}",
+                          "--filter", f"label={LABEL_CLUSTER}={cfg.cluster}").split()
+        if volumes:
+            _podman("volume", "rm", *volumes)  # no -f: a volume some other container still uses stays
+            log(f"stage: removed {len(volumes)} volume(s) of cluster {cfg.cluster}")
         if _owns_state_dir(cfg):
             shutil.rmtree(d)
             log(f"stage: removed state directory {d}")
@@ -549,6 +637,8 @@ def down(cfg: StageConfig, log: Log = print) -> None:
         for path in [*_paths(cfg).values(), d / _MARKER]:
             for p in (path, path.with_name(path.name + ".tmp")):
                 p.unlink(missing_ok=True)
+        if (d / _STAND_IN_DIR).is_dir():
+            shutil.rmtree(d / _STAND_IN_DIR)
         (d / ".lock").unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         d.rmdir()

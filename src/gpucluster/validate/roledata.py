@@ -2,11 +2,14 @@
 
 They are role variables (roles/*/defaults/main.yml), which an inventory may override; the validator
 reads the same two places rather than keeping copies. Package names per group are Debian constants
-(the roles' vars/Debian.yml) and live in PACKAGES below beside the variable that pins them.
+(the roles' vars/Debian.yml) and live in PACKAGES below beside the variable that pins them. A default
+that depends on the node's Debian release (`"{{ __role_default_x | default('') }}"`, the value in each
+vars/Debian-<major>.yml) becomes {major: version}, and the check picks the one of the node's release.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
@@ -52,6 +55,24 @@ def _value(var: str, role_defaults: dict, inv_vars: dict):
     return value
 
 
+def _per_release(roles: Path, role: str, var: str, role_defaults: dict, inv_vars: dict) -> dict[str, str]:
+    """{Debian major: value} of a default that names a per-release constant (vars/Debian-<major>.yml)."""
+    if var in inv_vars:
+        return {}
+    m = re.fullmatch(r"\{\{\s*(__\w+)\s*(\|\s*default\([^)]*\)\s*)?\}\}", str(role_defaults.get(var, "")).strip())
+    if not m:
+        return {}
+    found = {}
+    for path in sorted((roles / role / "vars").glob("Debian-*.yml")):
+        try:
+            value = (yaml.safe_load(path.read_text()) or {}).get(m.group(1))
+        except (OSError, yaml.YAMLError):
+            continue
+        if value:
+            found[path.stem.removeprefix("Debian-")] = str(value)
+    return found
+
+
 def nccl_paths(inv_vars: dict) -> dict[str, str]:
     """nccl.conf, env script and tests folder: the nccl role's defaults (or the inventory's override)."""
     roles = roles_dir()
@@ -69,12 +90,14 @@ def role_expectations(inv_vars: dict) -> tuple[dict, dict, list[str]]:
     packages: dict[str, dict[str, str]] = {}
     notes: list[str] = []
     for role, var, groups in PACKAGES:
-        version = _value(var, _defaults(roles, role), inv_vars)
+        defaults = _defaults(roles, role)
+        version = _value(var, defaults, inv_vars) or _per_release(roles, role, var, defaults, inv_vars)
         if not version:
             notes.append(f"{var} is empty: {role}'s packages are not pinned, so their versions are not checked")
             continue
         for group, names in groups.items():
-            packages.setdefault(group, {}).update({n: str(version) for n in names})
+            packages.setdefault(group, {}).update({n: version if isinstance(version, dict) else str(version)
+                                                   for n in names})
     role, var, group = SYSCTLS
     sysctls = _value(var, _defaults(roles, role), inv_vars) or {}
     return packages, {group: {str(k): str(v) for k, v in dict(sysctls).items()}}, notes

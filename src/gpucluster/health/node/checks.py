@@ -27,6 +27,9 @@ import time
 BUILTIN = ("gpu-count", "gpu-ecc", "fabric-manager", "hca-ports", "link-flap", "munge", "disk-tmp", "disk-spool")
 NA = ("", "N/A", "[N/A]", "[Not Supported]", "[Unknown Error]")
 STAND_IN = (1, 3)  # /dev/null mapped at a GPU's path: a stand-in on staged nodes, not a GPU
+# Staged nodes whose Slurm constrains devices get a number of their own per GPU instead: major 120, which the
+# kernel reserves for local/experimental use and no driver claims (gpucluster.stage.podman.STAND_IN_MAJOR).
+STAND_IN_MAJOR = 120
 
 
 class CheckError(Exception):
@@ -110,8 +113,9 @@ def parse_rocm_csv(text: str) -> list[dict[str, str]]:
     return rows
 
 
-def device_files(pattern: str) -> list[tuple[str, bool]]:
-    """[(path, stand_in)] of character devices named like `pattern` (a regex on the name) under /dev/..."""
+def device_files(pattern: str) -> list[tuple[str, str]]:
+    """[(path, stand-in numbers or "")] of character devices named like `pattern` (a regex on the name) under
+    /dev/...: "1:3" for /dev/null, "120:N" for a stand-in of its own number, "" for a device file."""
     folder, _, name_re = pattern.rpartition("/")
     out = []
     try:
@@ -127,7 +131,9 @@ def device_files(pattern: str) -> list[tuple[str, bool]]:
         except OSError:
             continue
         if stat.S_ISCHR(st.st_mode):
-            out.append((f"{folder}/{name}", (os.major(st.st_rdev), os.minor(st.st_rdev)) == STAND_IN))
+            numbers = (os.major(st.st_rdev), os.minor(st.st_rdev))
+            kind = "1:3" if numbers == STAND_IN else f"{STAND_IN_MAJOR}:N" if numbers[0] == STAND_IN_MAJOR else ""
+            out.append((f"{folder}/{name}", kind))
     return out
 
 
@@ -164,7 +170,8 @@ def _count_device_files(check: dict, want: int) -> tuple[bool, str]:
     """No vendor tool (no driver installed): the device files Slurm's gres.conf names are what there is."""
     found = device_files(check["devices"])
     stand_ins = sum(1 for _p, s in found if s)
-    note = f"; {stand_ins} stand-ins (character device 1:3), not GPUs" if stand_ins else ""
+    kinds = " or ".join(sorted({s for _p, s in found if s}))
+    note = f"; {stand_ins} stand-ins (character device {kinds}), not GPUs" if stand_ins else ""
     if len(found) == want:
         return True, f"{want} of {want} GPUs (device files, no vendor tool{note})"
     have = {p for p, _s in found}

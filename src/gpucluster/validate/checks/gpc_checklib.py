@@ -408,6 +408,8 @@ def host_facts(ctx, name: str) -> dict:
         script.append(f"cat {q(ctx.doc.get('sysctl_file', '/dev/null'))} 2>/dev/null")
         script.append("echo '@@container'")
         script.append("systemd-detect-virt --container 2>/dev/null || true")
+        script.append("echo '@@release'")  # the Debian major a per-release pin is chosen by
+        script.append("(. /etc/os-release 2>/dev/null; echo \"${VERSION_ID:-}\")")
         out = run(node, "; ".join(script), timeout=120)
         return parse_facts(out.stdout)
     return ctx.cached(("facts", name), gather)
@@ -449,7 +451,8 @@ def parse_facts(text: str) -> dict:
             persisted[k.strip()] = " ".join(v.split())
     virt = " ".join(sections.get("container", [])).strip()
     return {"units": units, "packages": packages, "sysctls": sysctls, "sysctl_file": persisted,
-            "container": virt if virt and virt != "none" else None}
+            "container": virt if virt and virt != "none" else None,
+            "release": " ".join(sections.get("release", [])).strip().split(".")[0]}
 
 
 def journal(host, unit: str, lines: int = 25) -> str:
@@ -466,10 +469,17 @@ def load_doc(path: str) -> dict:
     return json.loads(Path(path).read_text())
 
 
+# Staged nodes whose Slurm constrains devices get one number per GPU: major 120 (hex 78), reserved for local
+# use, which no driver claims (gpucluster.stage.podman.STAND_IN_MAJOR).
+STAND_IN_MAJOR = 120
+
+
 def is_stand_in_device(host, path: str) -> bool:
-    """Staged nodes map /dev/null (char 1:3) to /dev/nvidiaN: a stand-in, not a GPU."""
+    """Staged nodes map /dev/null (char 1:3) to /dev/nvidiaN, or a char device of major 120: a stand-in,
+    not a GPU. stat prints the numbers in hex."""
     out = run(host, f"stat -L -c '%t:%T' {shlex.quote(path)} 2>/dev/null")
-    return out.rc == 0 and out.stdout.strip() == "1:3"
+    numbers = out.stdout.strip()
+    return out.rc == 0 and (numbers == "1:3" or numbers.split(":")[0] == f"{STAND_IN_MAJOR:x}")
 
 
 def env_true(name: str) -> bool:

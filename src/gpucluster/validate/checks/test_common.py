@@ -98,9 +98,16 @@ def _packages(ctx, host):
 
 @pytest.mark.per("all", items=_packages)
 def test_package_pinned(ctx, target, item):
-    """Installed at the version `gpucluster configure` pins (role defaults, or the inventory's override)."""
+    """Installed at the version `gpucluster configure` pins (role defaults, or the inventory's override);
+    a default that differs by Debian release is the one of the node's release."""
     name, version = item
-    got = host_facts(ctx, target.host)["packages"].get(name)
+    facts = host_facts(ctx, target.host)
+    if isinstance(version, dict):
+        release = facts.get("release") or "?"
+        assert release in version, (f"{target.host}: runs Debian {release}; the roles pin {name} for Debian "
+                                    f"{', '.join(sorted(version))} only (roles/*/vars/Debian-<major>.yml)")
+        version = version[release]
+    got = facts["packages"].get(name)
     assert got is not None, f"{target.host}: package {name} is not installed (pinned {version})"
     assert fnmatch.fnmatchcase(got, version), f"{target.host}: {name} {got} installed, pinned to {version}"
 

@@ -25,7 +25,7 @@ def _require_gpus(ctx, node, target) -> dict:
     def probe():
         if gpu["vendor"] == "nvidia":
             if is_stand_in_device(node, "/dev/nvidia0"):
-                return None, "no GPU: /dev/nvidia0 is a stand-in (character device 1:3, /dev/null)"
+                return None, "no GPU: /dev/nvidia0 is a stand-in (character device 1:3, /dev/null, or 120:N)"
             if run(node, "command -v nvidia-smi").rc != 0:
                 return None, "no GPU: nvidia-smi is not installed"
             out = run(node, "nvidia-smi --query-gpu=index,name,ecc.mode.current,persistence_mode "
