@@ -73,6 +73,8 @@ class Case:
 class Outcome:
     case: Case
     value: float
+    job: str = ""  # the Slurm job that measured it
+    detail: str = ""  # per direction or per link, as the tool reported it
 
     @property
     def slow(self) -> bool:
@@ -80,8 +82,9 @@ class Outcome:
 
     def evidence(self) -> str:
         verdict = "<" if self.slow else ">="
-        return (f"{self.case.label}: {self.value:g} {self.case.unit} {verdict} {self.case.threshold:g} "
-                f"{self.case.unit}")
+        job = f" (job {self.job})" if self.job else ""
+        return (f"{self.case.label}: {self.value:.3g} {self.case.unit} {verdict} {self.case.threshold:g} "
+                f"{self.case.unit}{job}")
 
 
 @dataclass(frozen=True)
