@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from gpucluster.errors import UsageError
+from gpucluster.report.progress import progress
 
 EPILOG = """examples:
   gpucluster fabric discover --ibnetdiscover dump.txt
@@ -17,6 +18,7 @@ EPILOG = """examples:
   gpucluster fabric verify examples/meta-24k-ib.yaml --ibnetdiscover dump.txt \\
       --hosts site-names.csv --switch-pattern 'MF0;{name}:MQM9700/U1' --json
   gpucluster fabric verify examples/meta-24k-roce.yaml --lldp lldp/
+  gpucluster fabric verify examples/meta-24k-ib.yaml --ibnetdiscover dump.txt --slurm-topology wires/topology.conf
   gpucluster fabric topofile examples/meta-24k-ib.yaml -o fabric.topo     # then: ibdiagnet -t fabric.topo
   gpucluster fabric switch-config examples/meta-24k-roce.yaml -o switch-qos/
   gpucluster fabric test-plan examples/meta-24k-ib.yaml --tier spine --json
@@ -40,11 +42,12 @@ def _print_findings(findings, limit: int) -> None:
 
 
 def cmd_discover(args: argparse.Namespace) -> int:
-    from gpucluster.asbuilt import ibnetdiscover
     from gpucluster.asbuilt.discover import discover
     from gpucluster.asbuilt.findings import Finding
 
-    doc = discover(ibnetdiscover.read(args.ibnetdiscover))
+    fab = _read_dump(args.ibnetdiscover)
+    with progress("discover", total=fab.link_count(), unit="links") as advance:
+        doc = discover(fab, advance)
     if args.json:
         json.dump(doc, sys.stdout, indent=1)
         print()
@@ -69,12 +72,27 @@ def cmd_discover(args: argparse.Namespace) -> int:
     return 0
 
 
-def _site(args: argparse.Namespace):
+def _read_dump(path: str):
+    """ibnetdiscover.read with a progress bar (shown only on a terminal, after 2 s: a large dump)."""
+    import math
+    import os
+
+    from gpucluster.asbuilt import ibnetdiscover
+
+    try:
+        size = math.ceil(os.path.getsize(path) / (1 << 20))
+    except OSError:
+        size = None  # read() says why it cannot
+    with progress(f"reading {Path(path).name}", total=size, unit="MB") as advance:
+        return ibnetdiscover.read(path, advance)
+
+
+def _site(args: argparse.Namespace, cluster):
     from gpucluster.asbuilt.names import SiteNames, load_hosts, switch_pattern
 
     site = SiteNames()
     if args.hosts:
-        site.hosts = load_hosts(args.hosts)
+        site.hosts = load_hosts(args.hosts, [h for g in cluster.spec.node_groups for h in g.hosts], str(args.spec))
     if args.switch_pattern:
         site.switch_pattern = switch_pattern(args.switch_pattern)
     return site
@@ -82,27 +100,41 @@ def _site(args: argparse.Namespace):
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from gpucluster.asbuilt.planned import PlanIndex
+    from gpucluster.asbuilt.slurmview import compare_topology
     from gpucluster.asbuilt.verify import verify
     from gpucluster.cluster import load_cluster
 
     cluster = load_cluster(args.spec)
-    site = _site(args)
+    site = _site(args, cluster)
     idx = PlanIndex.of(cluster.plan)
     if args.ibnetdiscover:
         if cluster.spec.fabric.type != "infiniband":
             raise UsageError(f"{args.spec}: fabric.type is {cluster.spec.fabric.type}; an ibnetdiscover dump is "
                              "InfiniBand: use --lldp for RoCE")
-        from gpucluster.asbuilt import ibnetdiscover
-
-        fab = ibnetdiscover.read(args.ibnetdiscover)
+        fab = _read_dump(args.ibnetdiscover)
     else:
         from gpucluster.asbuilt import lldp
 
-        fab = lldp.read(args.lldp, lldp.default_is_host(set(idx.host_group) | set(site.hosts)))
-    result = verify(cluster.plan, fab, site, idx=idx)
+        src = Path(args.lldp)
+        files = len(list(src.glob("*.json"))) if src.is_dir() else None
+        with progress(f"reading {src.name}", total=files, unit="devices") as advance:
+            fab = lldp.read(args.lldp, lldp.default_is_host(set(idx.host_group) | set(site.hosts)), advance)
+    with progress("verify", total=sum(cluster.plan.links.values()), unit="links") as advance:
+        result = verify(cluster.plan, fab, site, idx=idx, advance=advance)
+    topo = compare_topology(cluster.plan, fab, result.match)
+    if args.slurm_topology and topo["name"]:
+        from gpucluster.render import write_outputs
+
+        out = Path(args.slurm_topology)
+        if out.is_dir():
+            out = out / topo["name"]
+        write_outputs({out.name: topo["text"]}, out.parent if str(out.parent) else Path("."))
+        topo["written"] = str(out)
+    topo_doc = {k: v for k, v in topo.items() if k != "text"}
     if args.json:
         json.dump({"ok": result.ok, "spec": str(args.spec), "source": fab.source, "summary": result.summary,
-                   "findings": [f.as_dict() for f in result.findings]}, sys.stdout, indent=1)
+                   "findings": [f.as_dict() for f in result.findings], "slurm_topology": topo_doc},
+                  sys.stdout, indent=1)
         print()
         return 0 if result.ok else 1
     s = result.summary
@@ -113,6 +145,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if s["inferred"]:
         print(f"  inferred by position (no name matched): {len(s['inferred_switches']):,} switch(es)"
               + (f", NIC names {s['inferred_nic_names']}" if s["inferred_nic_names"] else ""))
+    _print_topology(topo, args.limit)
     if result.ok:
         print("the fabric matches the plan")
         return 0
@@ -120,6 +153,20 @@ def cmd_verify(args: argparse.Namespace) -> int:
           f"({', '.join(f'{n} {k}' for k, n in s['findings_by_kind'].items())})")
     _print_findings(result.findings, args.limit)
     return 1
+
+
+def _print_topology(topo: dict, limit: int) -> None:
+    if not topo["name"]:
+        return
+    written = f"; written to {topo['written']}" if topo.get("written") else \
+        " (write it with --slurm-topology FILE)"
+    if topo["same_as_plan"]:
+        print(f"  Slurm {topo['name']} from the wires: the same as the plan's{written}")
+        return
+    print(f"  Slurm {topo['name']} from the wires differs from the plan's ({topo['diff_lines']} diff lines)"
+          f"{written}:")
+    for line in topo["diff"][: max(limit, 2) + 2]:
+        print(f"    {line}")
 
 
 def cmd_topofile(args: argparse.Namespace) -> int:
@@ -238,8 +285,7 @@ def _test_doc(run, plan, tiers, efficiency) -> dict:
 
 
 def _print_test(doc: dict, limit: int) -> None:
-    stand_in = " - the staging stand-in for the transport" if doc["stand_in"] else ""
-    print(f"{doc['cluster']}: {doc['tool']}{stand_in}, {len(doc['jobs'])} Slurm job(s) from {doc['submit_host']}")
+    print(f"{doc['cluster']}: {doc['tool']}, {len(doc['jobs'])} Slurm job(s) from {doc['submit_host']}")
     print(f"  thresholds = {doc['link_gbps']} Gb/s x lanes x {doc['efficiency']} / oversubscription "
           f"({doc['efficiency_source']})")
     for tier, t in doc["tiers"].items():
@@ -296,7 +342,11 @@ def register(sub) -> None:
                    "hostname,address[,port][,user] (the inventory's form), the second column the site's name")
     v.add_argument("--switch-pattern", metavar="P", help="how the site names switches: a format with {name} "
                    "('MF0;{name}:MQM9700/U1') or a regex with (?P<name>...) capturing the plan's name")
-    v.add_argument("--json", action="store_true", help="machine-readable: ok, summary, findings (docs/fabric.md)")
+    v.add_argument("--slurm-topology", metavar="FILE", help="write the topology the wires describe as Slurm's "
+                   "topology.conf (topology.yaml from 25.05), rendered as `gpucluster render` renders the plan's, "
+                   "to compare the two (a folder: the file's own name in it)")
+    v.add_argument("--json", action="store_true", help="machine-readable: ok, summary, findings, slurm_topology "
+                   "(docs/fabric.md)")
     v.add_argument("--limit", type=int, default=20, metavar="N", help="findings shown per kind (default 20)")
     v.set_defaults(func=cmd_verify)
 
