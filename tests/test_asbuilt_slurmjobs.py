@@ -234,6 +234,19 @@ def test_iperf3_ring_script_between_two_namespaces():
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
 
 
+@pytest.mark.skipif(not shutil.which("iperf3"), reason="needs iperf3")
+def test_iperf3_ring_client_failure_ends_the_task_at_once():
+    """A client that cannot reach its peer exits 1 without waiting for its own server, so srun's
+    --kill-on-bad-exit ends the job (and the peer) instead of the time limit."""
+    env = {**os.environ, "SLURMD_NODENAME": "here", "SLURM_JOB_ID": str(os.getpid())}
+    t0 = time.monotonic()
+    res = subprocess.run(["bash", "-c", jobs.IPERF3_RING, "ring", "1", "", "here>nowhere.invalid",
+                          "nowhere.invalid>here"], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 1 and time.monotonic() - t0 < 20, res.stdout
+    with pytest.raises(ToolError, match=r"nowhere\.invalid"):
+        measure("iperf3", ("here", "nowhere.invalid"), 1, labelled(0, res.stdout))
+
+
 def test_task_scripts_are_valid_bash():
     for name in ("PROBE", "IPERF3_RING", "IB_WRITE_BW_RING", "NCCL"):
         res = subprocess.run(["bash", "-n", "-c", getattr(jobs, name)], capture_output=True, text=True, check=False)
@@ -300,6 +313,10 @@ def test_transport_refusals_say_what_is_missing():
     mixed = {"a": _probe("a", 8, ["mlx5_0"], ("all_reduce_perf",)), "b": _probe("b", tools=("iperf3",))}
     with pytest.raises(OperationError, match="b lack all_reduce_perf"):
         choose_transport(mixed)
+    tools = ("all_reduce_perf", "iperf3")
+    half = {"a": _probe("a", 8, (), tools), "b": _probe("b", 0, (), tools)}
+    with pytest.raises(OperationError, match="the nodes differ: GPUs on 1 of 2"):
+        choose_transport(half)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

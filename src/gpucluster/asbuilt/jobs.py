@@ -97,10 +97,11 @@ for _ in $(seq 1 100); do
   case "$out" in *"Connection refused"*|*"No route to host"*) sleep 0.2 ;; *) break ;; esac
 done
 printf '%s\\n' "$out"
-rc=0
-case "$out" in *'"error"'*|"") rc=1 ;; esac
+case "$out" in
+  *'"error"'*|"") kill "$server" 2>/dev/null; exit 1 ;;  # srun --kill-on-bad-exit ends the peer's wait too
+esac
 wait "$server" || { echo "MARK part=server"; cat "$tmp/server"; }
-exit $rc
+exit 0
 """.replace("MARK", MARK)
 
 IB_WRITE_BW_RING = _RING_HEAD + """base=$((20000 + (job % 1000) * 20))
