@@ -175,6 +175,16 @@ def test_probe_script_reports_this_machine():
     assert "all_reduce_perf" not in p.tools
 
 
+def test_probe_on_a_real_gpu_host_finds_the_gpu_and_refuses_the_stand_in():
+    """The probe's output on a real H100 host: its GPU counts, so iperf3 is never chosen there; without
+    nccl-tests or an HCA the test says what to build."""
+    probes = parse_probe(labelled(0, fixture("probe-h100.txt")))
+    (node, p), = probes.items()
+    assert p.gpus == 1 and p.hcas == () and p.tools == {}
+    with pytest.raises(OperationError, match=f"{node} lack all_reduce_perf"):
+        choose_transport({**probes, "peer": p})
+
+
 def test_round_script_runs_every_job_and_frames_each_output(tmp_path):
     argvs = [["bash", "-c", f"sleep {1 + (3 - i) / 10}; echo '0: job {i}'; exit {i}"] for i in range(4)]
     t0 = time.monotonic()

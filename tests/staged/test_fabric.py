@@ -33,7 +33,7 @@ SPEC = Path(__file__).resolve().parents[2] / "examples" / "staging.yaml"
 _PLAN = load_cluster(SPEC).plan
 FABRIC_NODES = [h for u in _PLAN.units for h in fabrictest.unit_hosts(_PLAN, u)]
 THROTTLED = fabrictest.unit_hosts(_PLAN, _PLAN.units[-1])[0]  # the first node under the last leaf
-THROTTLE_RATE = "50mbit"  # 0.05 Gb/s: far under the stand-in's bar (docs/fabric.md)
+THROTTLE_RATE = "10mbit"  # 0.01 Gb/s: 20x under the stand-in's bar of 0.2 Gb/s (docs/fabric.md)
 
 
 def _fabric_test(cluster, *args: str) -> tuple[int, dict, str]:
@@ -111,7 +111,7 @@ def test_a_throttled_node_is_named_and_the_fabric_passes_once_it_is_lifted(stage
     assert c.first_configure.ok, f"the first configure failed; log: {c.first_configure.log_path}"
     veth = _host_veth(c, THROTTLED)
     try:
-        subprocess.run(["tc", "qdisc", "add", "dev", veth, "root", "tbf", "rate", THROTTLE_RATE, "burst", "64kb",
+        subprocess.run(["tc", "qdisc", "add", "dev", veth, "root", "tbf", "rate", THROTTLE_RATE, "burst", "32kb",
                         "latency", "50ms"], check=True, capture_output=True, text=True)
         assert "tbf" in _qdisc(veth)
         rc, doc, err = _fabric_test(c)

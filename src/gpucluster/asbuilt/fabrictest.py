@@ -39,17 +39,18 @@ class Transport:
 # Defaults. nccl: 8 x 400G H100 nodes reach ~370 GB/s all_reduce bus bandwidth across nodes
 # (network bound, 350-390 GB/s published; 370/400 = 0.925). perftest: ib_write_bw reaches ~96% of
 # the line rate on an idle link. iperf3: the staging stand-in; the container network's nominal 10 Gb/s
-# is no hardware limit, and a veth pair gives what the CPU can copy. Calibrated on this project's 2-core
-# build machine with two streams per pair at once (docs/fabric.md): unthrottled pairs measured 3.3-10.9
-# Gb/s under a load of 5-16, a node throttled to 50 Mbit/s (tc tbf on its host veth) 0.047; a bar of 0.1
-# x 10 Gb/s = 1 Gb/s keeps 3x margin below the worst healthy pair and 20x above the throttled one.
+# is no hardware limit, and a veth pair gives what the CPU can copy. Calibrated on this project's shared
+# 2-core build machine, two streams per pair at once (docs/fabric.md): healthy pairs measured 0.64-10.9
+# Gb/s (0.64 under a load of 16 from other staged clusters), a node throttled to 10 Mbit/s (tc tbf on its
+# host veth) 0.009. A bar of 0.02 x 10 Gb/s = 0.2 Gb/s is 3x under the worst healthy pair and 20x over
+# the throttled one.
 TRANSPORTS = {
     "nccl": Transport("nccl", "all_reduce_perf (nccl-tests / rccl-tests)", "GB/s", True, 0.925,
                       "8 x 400G H100: ~370 GB/s all_reduce busbw across nodes"),
     "perftest": Transport("perftest", "ib_write_bw (perftest)", "Gb/s", False, 0.96,
                           "ib_write_bw on an idle link: ~96% of the line rate"),
     "iperf3": Transport("iperf3", "iperf3 over the container network (staging stand-in for the transport)",
-                        "Gb/s", False, 0.1, "staging: calibrated on veth pairs, a tenth of the nominal 10 Gb/s",
+                        "Gb/s", False, 0.02, "staging: calibrated on loaded veth pairs (docs/fabric.md)",
                         stand_in=True),
 }
 
