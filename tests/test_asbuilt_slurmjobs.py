@@ -347,3 +347,7 @@ def test_cli_bad_inventory_exits_2(tmp_path):
     assert res.returncode == 2 and "no slurm_login or slurm_controller host" in res.stderr, res.stderr
     res = _cli("fabric", "test", str(inv), "--efficiency", "1.5")
     assert res.returncode == 2 and "--efficiency 1.5" in res.stderr
+    inv.write_text(f"all:\n  vars:\n    gpucluster_spec: {ROOT / 'examples' / 'staging.yaml'}\n"
+                   "  children:\n    slurm_controller:\n      hosts:\n        ctl01: {}\n")
+    res = _cli("fabric", "test", str(inv), "--tier", "core")
+    assert res.returncode == 2 and "no case to run (the fabric has 2 tiers)" in res.stderr, res.stderr

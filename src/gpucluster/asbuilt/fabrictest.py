@@ -1,9 +1,9 @@
 """`fabric test`, the pure part: which nodes to pair, what each result must reach, and who is to blame.
 
-Phase 1 (here): pair selection by tier, thresholds from the plan, localisation of slow results, and
-the loop that drives them (`run_test`) through a `Runner`. Phase 2 plugs in the runner that submits
-the cases as Slurm jobs (all_reduce_perf or ib_write_bw on real nodes; iperf3 over the container
-network on staged nodes, the staging stand-in for the transport).
+Pair selection by tier, thresholds from the plan, localisation of slow results, and the loop that drives
+them (`run_test`) through a `Runner`; slurmrun.SlurmRunner submits the cases as Slurm jobs
+(all_reduce_perf or ib_write_bw on real nodes; iperf3 over the container network on staged nodes, the
+staging stand-in for the transport).
 
 Threshold of a case = link speed x lanes (the node's rails, or 1 for a single-rail case) x efficiency
 / the oversubscription the case crosses (1 under one leaf, the leaf's ratio across the spine, leaf x
@@ -390,8 +390,9 @@ def _followups(plan: Plan, ambiguous: list[Outcome], outcomes: list[Outcome], ba
 # ---- the loop, with the runner as a seam ------------------------------------------------------------
 
 class Runner(Protocol):
-    """Runs cases and returns one outcome per case. Phase 2: Slurm jobs (sbatch/srun) running
-    all_reduce_perf or ib_write_bw on real nodes, iperf3 on staged ones."""
+    """Runs one round's cases and returns an outcome per case it measured (slurmrun.SlurmRunner: a Slurm
+    job per case running all_reduce_perf or ib_write_bw on real nodes, iperf3 on staged ones; the cases it
+    could not measure it keeps, with why, as its own failures)."""
 
     def run(self, cases: list[Case]) -> list[Outcome]: ...
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 import yaml
 
 from gpucluster.asbuilt import jobs
-from gpucluster.asbuilt.fabrictest import Case, Outcome, unit_hosts
+from gpucluster.asbuilt.fabrictest import Case, Outcome, Verdict, cases, run_test, unit_hosts
 from gpucluster.asbuilt.measure import measure
 from gpucluster.asbuilt.tooloutput import ToolError, demux
 from gpucluster.errors import OperationError, UsageError
@@ -293,7 +293,7 @@ class TestRun:
     cluster: str
     transport: str
     why: str
-    verdict: object  # fabrictest.Verdict
+    verdict: Verdict
     failures: list[Failure]
     jobs: list[str]
     submit: str
@@ -320,12 +320,15 @@ def settings_for(plan: Plan, inv: Inventory, **given) -> jobs.Settings:
 
 def run_fabric_test(plan: Plan, inv: Inventory, settings: jobs.Settings, *, tiers, wanted: str = "auto",
                     efficiency: float | None = None, log: Callable[[str], None] = print) -> TestRun:
-    from gpucluster.asbuilt.fabrictest import run_test
-
     runner = SlurmRunner(plan, inv, settings, log=log)
     nodes = runner.nodes()
     if not nodes:
         raise UsageError(f"{plan.spec.name}: the plan has no fabric nodes to test (no node group with NICs)")
+    if not cases(plan, tiers, "iperf3"):
+        why = {"core": f"the fabric has {plan.tiers} tiers", "rail": f"the fabric is {plan.design}"}
+        reasons = "; ".join(why.get(t, "no pairs") for t in tiers)
+        raise UsageError(f"--tier {','.join(tiers)}: no case to run ({reasons}); `gpucluster fabric test-plan SPEC` "
+                         "lists the cases per tier")
     usable = runner.check_nodes()
     if len(usable) < 2:
         states = ", ".join(f"{n} {runner.states.get(n, 'unknown')}" for n in nodes[:8])
