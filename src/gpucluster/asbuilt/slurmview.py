@@ -15,13 +15,12 @@ Units and pods keep the plan's order where they match it; anything else follows.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 import hostlist
 
-from gpucluster.asbuilt.discover import switch_levels
-from gpucluster.asbuilt.graph import HCA, PORT_SPAN, SWITCH, Fabric
+from gpucluster.asbuilt.graph import PORT_SPAN, SWITCH, Fabric
 from gpucluster.asbuilt.match import Match
 from gpucluster.fabric.cabling import leaf_name
 from gpucluster.fabric.plan import Plan
@@ -35,6 +34,7 @@ class FoundUnit:
     group: str
     pod: int
     hosts: tuple[str, ...]
+    hostlist: str = ""  # Slurm's hostlist of `hosts` (the plan unit's own where they are the same)
 
     @property
     def count(self) -> int:
@@ -61,7 +61,7 @@ class FoundFabric:
         return "core" if self.tiers == 3 else "spine"
 
     def unit_hostlist(self, unit: FoundUnit) -> str:
-        return hostlist.collect_hostlist(list(unit.hosts))
+        return unit.hostlist or hostlist.collect_hostlist(list(unit.hosts))
 
 
 class _Sets:
@@ -84,43 +84,53 @@ class _Sets:
 
 
 def found_fabric(plan: Plan, fab: Fabric, m: Match) -> FoundFabric:
-    nodes = fab.nodes
-    level = switch_levels(fab)
-    leaves = [i for i, lv in level.items() if lv == 1]
-    host_of: dict[int, str] = {}  # HCA node -> host name
-    for end, key in m.hca_key.items():
-        host_of[end // PORT_SPAN] = key.partition(",")[0]
+    """Sized for a 25,000-node dump: the hosts are walked once from verify's match (200,000 HCA ends),
+    and the switch ports once each as whole arrays, not port by port."""
+    nodes, span = fab.nodes, PORT_SPAN
+    is_switch = [n.kind == SWITCH for n in nodes]
+    leaf_hosts: dict[int, set[str]] = defaultdict(set)
+    host_leaf: dict[str, int] = {}
+    edges: set[tuple[int, int]] = set()  # leaves one host reaches: they are one logical leaf
+    peers_of = [n.peers for n in nodes]
+    ends = list(m.hca_key.items())
     for node, name in m.unplanned_hosts.items():
-        host_of.setdefault(node, name)
-    plan_unit = {}  # plan leaf name -> (unit index, unit name, pod)
+        ends += [(node * span + port, f"{name},") for port, _peer in nodes[node].ports()]
+    for end, key in ends:
+        peer = peers_of[end // span][end % span]
+        leaf = peer // span
+        if peer < 0 or not is_switch[leaf]:
+            continue
+        host = key[:key.index(",")]
+        leaf_hosts[leaf].add(host)
+        first = host_leaf.setdefault(host, leaf)
+        if first != leaf:
+            edges.add((leaf, first))
+    units = _Sets()
+    for a, b in edges:
+        units.join(a, b)
+    leaves = set(leaf_hosts)
+    # tiers and pods: the switches above the leaves (spines), and whether anything is above those
+    spine_leaf: dict[int, int] = {}  # spine -> the first leaf seen under it
+    pod_edges: set[tuple[int, int]] = set()  # leaves under one spine: one pod
+    for i in leaves:
+        for j in {p // span for p in nodes[i].peers if p >= 0}:
+            if is_switch[j] and j not in leaves:
+                first = spine_leaf.setdefault(j, i)
+                if first != i:
+                    pod_edges.add((i, first))
+    spines = set(spine_leaf)
+    pods = _Sets()
+    for a, b in pod_edges:
+        pods.join(a, b)
+    tiers = 3 if any(is_switch[j] and j not in leaves and j not in spines
+                     for i in spines for j in {p // span for p in nodes[i].peers if p >= 0}) else 2
+    plan_unit = {}  # plan leaf name -> (unit index, unit name)
+    planned_hosts = {}  # unit name -> (its hosts, its hostlist)
     for u in plan.units:
         for r in range(len(u.leaves)):
-            plan_unit[leaf_name(plan, u, r)] = (u.index, u.name, u.pod)
-    # units: leaves joined through the hosts they share
-    units = _Sets()
-    leaf_hosts: dict[int, set[str]] = {i: set() for i in leaves}
-    host_leaf: dict[str, int] = {}
-    for i in leaves:
-        units.find(i)
-        for _port, peer in nodes[i].ports():
-            j = peer // PORT_SPAN
-            if nodes[j].kind != HCA or j not in host_of:
-                continue
-            host = host_of[j]
-            leaf_hosts[i].add(host)
-            if host in host_leaf:
-                units.join(i, host_leaf[host])
-            else:
-                host_leaf[host] = i
-    # pods: leaves joined through the spines above them (3 tiers)
-    tiers = 3 if any(lv >= 3 for lv in level.values()) else 2
-    pods = _Sets()
-    if tiers == 3:
-        for i in leaves:
-            for _port, peer in nodes[i].ports():
-                j = peer // PORT_SPAN
-                if nodes[j].kind == SWITCH and level.get(j) == 2:
-                    pods.join(i, j)
+            plan_unit[leaf_name(plan, u, r)] = (u.index, u.name)
+        planned_hosts[u.name] = (tuple(plan.spec.group(u.group).hosts[u.first:u.first + u.count]),
+                                 plan.unit_hostlist(u))
     members: dict[int, list[int]] = {}
     for i in leaves:
         members.setdefault(units.find(i), []).append(i)
@@ -128,9 +138,7 @@ def found_fabric(plan: Plan, fab: Fabric, m: Match) -> FoundFabric:
     found: list[tuple[tuple, FoundUnit, int]] = []
     for group_leaves in members.values():
         hosts = sorted({h for i in group_leaves for h in leaf_hosts[i]}, key=lambda h: (order.get(h, len(order)), h))
-        if not hosts:
-            continue  # a leaf with no named host is no Slurm leaf
-        names = Counter(plan_unit[m.sw_name[i]][:2] for i in group_leaves
+        names = Counter(plan_unit[m.sw_name[i]] for i in group_leaves
                         if i in m.sw_name and m.sw_name[i] in plan_unit)
         if names:
             (index, name), _n = names.most_common(1)[0]
@@ -140,12 +148,16 @@ def found_fabric(plan: Plan, fab: Fabric, m: Match) -> FoundFabric:
             key = (1, 0, name)
         groups = Counter(plan.unit_of_host[h].group for h in hosts if h in plan.unit_of_host)
         group = groups.most_common(1)[0][0] if groups else "?"
-        found.append((key, FoundUnit(name, group, 0, tuple(hosts)), pods.find(min(group_leaves))))
+        want, want_list = planned_hosts.get(name, ((), ""))
+        hosts_t = tuple(hosts)
+        found.append((key, FoundUnit(name, group, 0, hosts_t, want_list if hosts_t == want else ""),
+                      pods.find(min(group_leaves))))
     found.sort(key=lambda t: t[0])
     pod_index: dict[int, int] = {}
     for _key, _unit, pod_root in found:
         pod_index.setdefault(pod_root, len(pod_index))
-    units_out = [FoundUnit(u.name, u.group, pod_index[r] if tiers == 3 else 0, u.hosts) for _k, u, r in found]
+    units_out = [FoundUnit(u.name, u.group, pod_index[r] if tiers == 3 else 0, u.hosts, u.hostlist)
+                 for _k, u, r in found]
     return FoundFabric(plan.spec, plan.design, tiers, units_out, len(pod_index) if tiers == 3 else 1)
 
 
