@@ -81,7 +81,9 @@ def test_verify_lldp(capsys, tmp_path):
     (["fabric", "discover", "--ibnetdiscover", "{tmp}/nope.txt"], "{tmp}/nope.txt: cannot read"),
     (["fabric", "discover", "--ibnetdiscover", "{tmp}/garbage.txt"], "{tmp}/garbage.txt:1: no node block"),
     (["fabric", "verify", META_IB, "--ibnetdiscover", str(FIXTURES / "hdr-two-tier.ibnet"),
-      "--hosts", "{tmp}/bad.csv"], "{tmp}/bad.csv:1: the header must start with hostname,address"),
+      "--hosts", "{tmp}/bad.csv"], "{tmp}/bad.csv:1: header: the header is name,site"),
+    (["fabric", "verify", META_IB, "--ibnetdiscover", str(FIXTURES / "hdr-two-tier.ibnet"),
+      "--hosts", "{tmp}/typo.csv"], "{tmp}/typo.csv:3: hostname: 'gti9999' is not a host of the spec"),
     (["fabric", "verify", META_IB, "--ibnetdiscover", str(FIXTURES / "hdr-two-tier.ibnet"),
       "--switch-pattern", "("], "--switch-pattern '(': not a regular expression"),
     (["fabric", "verify", META_ROCE, "--ibnetdiscover", str(FIXTURES / "hdr-two-tier.ibnet")], "use --lldp"),
@@ -93,6 +95,7 @@ def test_verify_lldp(capsys, tmp_path):
 def test_bad_input_exits_2_with_location_and_no_traceback(capsys, tmp_path, argv, where):
     (tmp_path / "garbage.txt").write_text("hello\n")
     (tmp_path / "bad.csv").write_text("name,site\n")
+    (tmp_path / "typo.csv").write_text("hostname,address\ngti0001,node-a1\ngti9999,node-a2\n")
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     code, _out, err = run(capsys, *argv)
     assert code == 2

@@ -223,7 +223,7 @@ def test_site_names_through_hosts_file_and_switch_pattern(meta, tmp_path):
         b.switch_desc[name] = f"ib-{name}-qm9700"
     csv = tmp_path / "hosts.csv"
     csv.write_text("hostname,address\n" + "".join(f"{h},{s}\n" for h, s in site.items()))
-    names = SiteNames(hosts=load_hosts(csv), switch_pattern=switch_pattern("ib-{name}-qm9700"))
+    names = SiteNames(hosts=load_hosts(csv, hosts), switch_pattern=switch_pattern("ib-{name}-qm9700"))
     r = run(plan, b, names)
     assert r.findings == []
     assert r.summary["matching"]["HCAs by --hosts"] == plan.endpoints
@@ -232,7 +232,7 @@ def test_site_names_through_hosts_file_and_switch_pattern(meta, tmp_path):
     short = tmp_path / "short.csv"
     short.write_text("hostname,address,port,user\n"
                      + "".join(f"{h},{s.split('.')[0]},22,root\n" for h, s in site.items()))
-    r = run(plan, b, SiteNames(hosts=load_hosts(short), switch_pattern=names.switch_pattern))
+    r = run(plan, b, SiteNames(hosts=load_hosts(short, hosts), switch_pattern=names.switch_pattern))
     assert r.findings == [] and r.summary["matching"]["HCAs by --hosts"] == plan.endpoints
     # without the map no host is in the plan: every leaf port reaches a stranger, and says so
     bare = run(plan, b, SiteNames(switch_pattern=names.switch_pattern))
@@ -260,3 +260,24 @@ def test_inferred_by_position_when_no_switch_name_matches(meta):
     assert r.summary["inferred"] is True
     assert len(r.summary["inferred_switches"]) == sum(t.count for t in plan.tier_plans)
     assert kinds(r) == Counter({"wrong-rail": 1})
+
+
+def test_hosts_file_is_read_by_the_inventory_reader_and_may_be_partial(meta, tmp_path):
+    """--hosts takes the inventory's CSV form; for verify it maps only the hosts the site renamed."""
+    from gpucluster.errors import SpecError
+
+    plan, _built = meta
+    hosts = plan.spec.group("h100").hosts
+    part = tmp_path / "part.csv"
+    part.write_text(f"# renamed at the site\nhostname,address\n{hosts[3]},node-a17.dc1\n")
+    assert load_hosts(part, hosts) == {"node-a17.dc1": hosts[3]}
+    dup = tmp_path / "dup.csv"
+    dup.write_text(f"hostname,address\n{hosts[0]},node-a1\n{hosts[1]},node-a1\n")
+    with pytest.raises(Exception, match="node-a1' is given to"):
+        load_hosts(dup, hosts)
+    bad = tmp_path / "bad.csv"
+    bad.write_text(f"hostname,address\n{hosts[0]},not_a_name!\n")
+    with pytest.raises(SpecError) as exc:
+        load_hosts(bad, hosts)
+    f = exc.value.findings[0]
+    assert (f.file, f.line, f.field) == (str(bad), 2, "address")

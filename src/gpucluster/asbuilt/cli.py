@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from gpucluster.errors import UsageError
+from gpucluster.report.progress import progress
 
 EPILOG = """examples:
   gpucluster fabric discover --ibnetdiscover dump.txt
@@ -17,10 +18,14 @@ EPILOG = """examples:
   gpucluster fabric verify examples/meta-24k-ib.yaml --ibnetdiscover dump.txt \\
       --hosts site-names.csv --switch-pattern 'MF0;{name}:MQM9700/U1' --json
   gpucluster fabric verify examples/meta-24k-roce.yaml --lldp lldp/
+  gpucluster fabric verify examples/meta-24k-ib.yaml --ibnetdiscover dump.txt --slurm-topology wires/topology.conf
   gpucluster fabric topofile examples/meta-24k-ib.yaml -o fabric.topo     # then: ibdiagnet -t fabric.topo
   gpucluster fabric switch-config examples/meta-24k-roce.yaml -o switch-qos/
   gpucluster fabric test-plan examples/meta-24k-ib.yaml --tier spine --json
-exit status: 0 the fabric matches the plan (verify) / done; 1 it differs; 2 bad input (file:line and a fix)."""
+  gpucluster fabric test inventories/prod                    # every tier, as Slurm jobs, thresholds from the plan
+  gpucluster fabric test inventories/prod --tier spine --json
+exit status: 0 the fabric matches the plan (verify) / every result passed (test); 1 it differs / some result
+failed or was not measured; 2 bad input (file:line and a fix)."""
 
 
 def _print_findings(findings, limit: int) -> None:
@@ -37,11 +42,12 @@ def _print_findings(findings, limit: int) -> None:
 
 
 def cmd_discover(args: argparse.Namespace) -> int:
-    from gpucluster.asbuilt import ibnetdiscover
     from gpucluster.asbuilt.discover import discover
     from gpucluster.asbuilt.findings import Finding
 
-    doc = discover(ibnetdiscover.read(args.ibnetdiscover))
+    fab = _read_dump(args.ibnetdiscover)
+    with progress("discover", total=fab.link_count(), unit="links") as advance:
+        doc = discover(fab, advance)
     if args.json:
         json.dump(doc, sys.stdout, indent=1)
         print()
@@ -66,12 +72,27 @@ def cmd_discover(args: argparse.Namespace) -> int:
     return 0
 
 
-def _site(args: argparse.Namespace):
+def _read_dump(path: str):
+    """ibnetdiscover.read with a progress bar (shown only on a terminal, after 2 s: a large dump)."""
+    import math
+    import os
+
+    from gpucluster.asbuilt import ibnetdiscover
+
+    try:
+        size = math.ceil(os.path.getsize(path) / (1 << 20))
+    except OSError:
+        size = None  # read() says why it cannot
+    with progress(f"reading {Path(path).name}", total=size, unit="MB") as advance:
+        return ibnetdiscover.read(path, advance)
+
+
+def _site(args: argparse.Namespace, cluster):
     from gpucluster.asbuilt.names import SiteNames, load_hosts, switch_pattern
 
     site = SiteNames()
     if args.hosts:
-        site.hosts = load_hosts(args.hosts)
+        site.hosts = load_hosts(args.hosts, [h for g in cluster.spec.node_groups for h in g.hosts], str(args.spec))
     if args.switch_pattern:
         site.switch_pattern = switch_pattern(args.switch_pattern)
     return site
@@ -79,27 +100,41 @@ def _site(args: argparse.Namespace):
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from gpucluster.asbuilt.planned import PlanIndex
+    from gpucluster.asbuilt.slurmview import compare_topology
     from gpucluster.asbuilt.verify import verify
     from gpucluster.cluster import load_cluster
 
     cluster = load_cluster(args.spec)
-    site = _site(args)
+    site = _site(args, cluster)
     idx = PlanIndex.of(cluster.plan)
     if args.ibnetdiscover:
         if cluster.spec.fabric.type != "infiniband":
             raise UsageError(f"{args.spec}: fabric.type is {cluster.spec.fabric.type}; an ibnetdiscover dump is "
                              "InfiniBand: use --lldp for RoCE")
-        from gpucluster.asbuilt import ibnetdiscover
-
-        fab = ibnetdiscover.read(args.ibnetdiscover)
+        fab = _read_dump(args.ibnetdiscover)
     else:
         from gpucluster.asbuilt import lldp
 
-        fab = lldp.read(args.lldp, lldp.default_is_host(set(idx.host_group) | set(site.hosts)))
-    result = verify(cluster.plan, fab, site, idx=idx)
+        src = Path(args.lldp)
+        files = len(list(src.glob("*.json"))) if src.is_dir() else None
+        with progress(f"reading {src.name}", total=files, unit="devices") as advance:
+            fab = lldp.read(args.lldp, lldp.default_is_host(set(idx.host_group) | set(site.hosts)), advance)
+    with progress("verify", total=sum(cluster.plan.links.values()), unit="links") as advance:
+        result = verify(cluster.plan, fab, site, idx=idx, advance=advance)
+    topo = compare_topology(cluster.plan, fab, result.match)
+    if args.slurm_topology and topo["name"]:
+        from gpucluster.render import write_outputs
+
+        out = Path(args.slurm_topology)
+        if out.is_dir():
+            out = out / topo["name"]
+        write_outputs({out.name: topo["text"]}, out.parent if str(out.parent) else Path("."))
+        topo["written"] = str(out)
+    topo_doc = {k: v for k, v in topo.items() if k != "text"}
     if args.json:
         json.dump({"ok": result.ok, "spec": str(args.spec), "source": fab.source, "summary": result.summary,
-                   "findings": [f.as_dict() for f in result.findings]}, sys.stdout, indent=1)
+                   "findings": [f.as_dict() for f in result.findings], "slurm_topology": topo_doc},
+                  sys.stdout, indent=1)
         print()
         return 0 if result.ok else 1
     s = result.summary
@@ -110,6 +145,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if s["inferred"]:
         print(f"  inferred by position (no name matched): {len(s['inferred_switches']):,} switch(es)"
               + (f", NIC names {s['inferred_nic_names']}" if s["inferred_nic_names"] else ""))
+    _print_topology(topo, args.limit)
     if result.ok:
         print("the fabric matches the plan")
         return 0
@@ -117,6 +153,20 @@ def cmd_verify(args: argparse.Namespace) -> int:
           f"({', '.join(f'{n} {k}' for k, n in s['findings_by_kind'].items())})")
     _print_findings(result.findings, args.limit)
     return 1
+
+
+def _print_topology(topo: dict, limit: int) -> None:
+    if not topo["name"]:
+        return
+    written = f"; written to {topo['written']}" if topo.get("written") else \
+        " (write it with --slurm-topology FILE)"
+    if topo["same_as_plan"]:
+        print(f"  Slurm {topo['name']} from the wires: the same as the plan's{written}")
+        return
+    print(f"  Slurm {topo['name']} from the wires differs from the plan's ({topo['diff_lines']} diff lines)"
+          f"{written}:")
+    for line in topo["diff"][: max(limit, 2) + 2]:
+        print(f"    {line}")
 
 
 def cmd_topofile(args: argparse.Namespace) -> int:
@@ -173,8 +223,94 @@ def cmd_test_plan(args: argparse.Namespace) -> int:
     for tier, t in doc["tiers"].items():
         print(f"  {tier:5}  {t['cases']:>6,} case(s) in {t['rounds']} round(s), each >= {t['threshold']} {doc['unit']}"
               f" (oversubscription {t['oversubscription']:g})")
-    print("running them through Slurm is `gpucluster fabric test` (phase 2)")
+    print("run them as Slurm jobs with `gpucluster fabric test INVENTORY`")
     return 0
+
+
+def cmd_test(args: argparse.Namespace) -> int:
+    from gpucluster.asbuilt import fabrictest, slurmrun
+    from gpucluster.cluster import load_cluster
+    from gpucluster.inventory.reader import load_inventory
+
+    inv = load_inventory(args.inventory)
+    spec = args.spec or inv.vars.get("gpucluster_spec")
+    if not spec:
+        raise UsageError(f"{inv.path}: all.vars has no gpucluster_spec (the spec the inventory was written from); "
+                         "write the inventory with `gpucluster inventory SPEC`, or give --spec SPEC")
+    if not Path(spec).is_file():
+        raise UsageError(f"{inv.path}: gpucluster_spec is {spec}, which is not a file here; give --spec SPEC")
+    cluster = load_cluster(spec)
+    tiers = fabrictest.TIERS if args.tier == "all-tiers" else (args.tier,)
+    if args.efficiency is not None:
+        fabrictest.threshold(cluster.plan, "leaf", fabrictest.TRANSPORTS["nccl"], args.efficiency)  # 0 < F <= 1
+    settings = slurmrun.settings_for(cluster.plan, inv, seconds=args.seconds, time_limit_min=args.time_limit,
+                                     immediate_s=args.immediate, partition=args.partition or "",
+                                     srun_args=args.srun_args, parallel=args.parallel, mpi=args.mpi,
+                                     **({"nccl_binary": args.nccl_binary} if args.nccl_binary else {}))
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
+
+    run = slurmrun.run_fabric_test(cluster.plan, inv, settings, tiers=tiers, wanted=args.transport,
+                                   efficiency=args.efficiency, log=log)
+    doc = _test_doc(run, cluster.plan, tiers, args.efficiency)
+    if args.json:
+        json.dump(doc, sys.stdout, indent=1)
+        print()
+        return 0 if run.ok else 1
+    _print_test(doc, args.limit)
+    return 0 if run.ok else 1
+
+
+def _test_doc(run, plan, tiers, efficiency) -> dict:
+    from gpucluster.asbuilt import fabrictest
+
+    summary = fabrictest.summary(plan, run.transport, efficiency)
+    v = run.verdict
+    return {
+        "ok": run.ok, "cluster": run.cluster, "transport": run.transport, "tool": summary["tool"],
+        "stand_in": summary["stand_in"], "why": run.why, "unit": summary["unit"],
+        "efficiency": summary["efficiency"], "efficiency_source": summary["efficiency_source"],
+        "link_gbps": summary["link_gbps"], "rails": summary["rails"], "submit_host": run.submit,
+        "tiers": {t: x for t, x in summary["tiers"].items() if t in tiers},
+        "results": [{"tier": o.case.tier, "nodes": list(o.case.nodes), "rail": o.case.rail, "round": o.case.round,
+                     "value": o.value, "threshold": o.case.threshold, "unit": o.case.unit, "slow": o.slow,
+                     "job": o.job, "detail": o.detail} for o in v.outcomes],
+        "not_measured": [{"tier": f.case.tier, "nodes": list(f.case.nodes), "rail": f.case.rail, "why": f.why,
+                          "job": f.job} for f in run.failures],
+        "suspects": [{"kind": s.kind, "name": s.name, "fix": s.fix, "evidence": list(s.evidence)}
+                     for s in v.suspects],
+        "jobs": run.jobs,
+    }
+
+
+def _print_test(doc: dict, limit: int) -> None:
+    print(f"{doc['cluster']}: {doc['tool']}, {len(doc['jobs'])} Slurm job(s) from {doc['submit_host']}")
+    print(f"  thresholds = {doc['link_gbps']} Gb/s x lanes x {doc['efficiency']} / oversubscription "
+          f"({doc['efficiency_source']})")
+    for tier, t in doc["tiers"].items():
+        mine = [r for r in doc["results"] if r["tier"] == tier]
+        slow = [r for r in mine if r["slow"]]
+        missing = [r for r in doc["not_measured"] if r["tier"] == tier]
+        values = [r["value"] for r in mine]
+        span = f", {min(values):.3g}..{max(values):.3g} {doc['unit']}" if values else ""
+        print(f"  {tier:5}  {len(mine) - len(slow)} of {len(mine) + len(missing)} passed (>= {t['threshold']} "
+              f"{doc['unit']}{span})" + (f", {len(slow)} slow" if slow else "")
+              + (f", {len(missing)} not measured" if missing else ""))
+    for r in [r for r in doc["results"] if r["slow"]][:limit]:
+        rail = f" rail {r['rail']}" if r["rail"] is not None else ""
+        print(f"  slow: {r['tier']}{rail} {' - '.join(r['nodes']) if len(r['nodes']) <= 2 else 'whole cluster'}: "
+              f"{r['value']:.3g} < {r['threshold']:g} {r['unit']} (job {r['job'] or '?'}; {r['detail']})")
+    for r in doc["not_measured"][:limit]:
+        rail = f" rail {r['rail']}" if r["rail"] is not None else ""
+        nodes = " - ".join(r["nodes"]) if len(r["nodes"]) <= 2 else f"{len(r['nodes'])} nodes"
+        print(f"  not measured: {r['tier']}{rail} {nodes}" + (f" (job {r['job']})" if r["job"] else "")
+              + f": {r['why']}")
+    for s in doc["suspects"]:
+        print(f"suspect {s['kind']} {s['name']}: {s['fix']}")
+        for e in s["evidence"]:
+            print(f"    {e}")
+    print("every result passed" if doc["ok"] else "the fabric test failed")
 
 
 def register(sub) -> None:
@@ -206,7 +342,11 @@ def register(sub) -> None:
                    "hostname,address[,port][,user] (the inventory's form), the second column the site's name")
     v.add_argument("--switch-pattern", metavar="P", help="how the site names switches: a format with {name} "
                    "('MF0;{name}:MQM9700/U1') or a regex with (?P<name>...) capturing the plan's name")
-    v.add_argument("--json", action="store_true", help="machine-readable: ok, summary, findings (docs/fabric.md)")
+    v.add_argument("--slurm-topology", metavar="FILE", help="write the topology the wires describe as Slurm's "
+                   "topology.conf (topology.yaml from 25.05), rendered as `gpucluster render` renders the plan's, "
+                   "to compare the two (a folder: the file's own name in it)")
+    v.add_argument("--json", action="store_true", help="machine-readable: ok, summary, findings, slurm_topology "
+                   "(docs/fabric.md)")
     v.add_argument("--limit", type=int, default=20, metavar="N", help="findings shown per kind (default 20)")
     v.set_defaults(func=cmd_verify)
 
@@ -237,3 +377,41 @@ def register(sub) -> None:
                     "(default per transport: nccl 0.925 from ~370 GB/s all_reduce on 8 x 400G H100)")
     tp.add_argument("--json", action="store_true", help="machine-readable, with every case")
     tp.set_defaults(func=cmd_test_plan)
+
+    ft = fsub.add_parser("test", help="measure the fabric through Slurm: pairs under a leaf, across the spine and "
+                         "core, each rail, the whole cluster; thresholds from the plan; slow results localised",
+                         description="Bandwidth tests as Slurm jobs, submitted from the inventory's login (else "
+                         "controller) host: each case is one job pinned to its nodes with --nodelist. The transport "
+                         "follows from what the nodes have: all_reduce_perf (GPUs and nccl-tests), ib_write_bw "
+                         "(HCAs and perftest), or iperf3 over the container network on staged nodes (the staging "
+                         "stand-in for the transport). Each result is judged against link speed x lanes x "
+                         "efficiency / the oversubscription it crosses; a slow node or uplink is named with the "
+                         "results that point at it (docs/fabric.md).", epilog=EPILOG, formatter_class=fmt)
+    ft.add_argument("inventory", help="inventory folder (hosts.yml) or file, as `gpucluster inventory` writes it")
+    ft.add_argument("--tier", default="all-tiers", choices=["leaf", "spine", "core", "rail", "all", "all-tiers"],
+                    help="leaf: pairs under one leaf; spine/core: pairs across them; rail: each rail on its own "
+                    "(rail-optimised fabrics); all: the whole cluster at once; all-tiers: every one (default)")
+    ft.add_argument("--via-slurm", action="store_true", help="run the cases as Slurm jobs: the default and the only "
+                    "engine (accepted as `validate --via-slurm` takes it)")
+    ft.add_argument("--transport", default="auto", choices=["auto", "nccl", "perftest", "iperf3"],
+                    help="auto (default): from what the nodes have; nccl: all_reduce_perf busbw (GB/s); perftest: "
+                    "ib_write_bw (Gb/s); iperf3: over the hosts' IP network (the staging stand-in)")
+    ft.add_argument("--efficiency", type=float, metavar="F", help="fraction of the line rate a healthy pair reaches "
+                    "(default per transport, docs/fabric.md)")
+    ft.add_argument("--spec", help="the cluster spec (default: the inventory's gpucluster_spec)")
+    ft.add_argument("--seconds", type=int, default=3, metavar="S", help="iperf3/ib_write_bw duration per case "
+                    "(default 3)")
+    ft.add_argument("--time-limit", type=int, default=10, metavar="MIN", help="Slurm time limit of each job in "
+                    "minutes (default 10)")
+    ft.add_argument("--immediate", type=int, default=120, metavar="S", help="give a job up when its nodes are not "
+                    "free within S seconds (srun --immediate; default 120)")
+    ft.add_argument("--partition", help="partition for every job (default: the spec's partition holding the nodes)")
+    ft.add_argument("--srun-args", default="", metavar="ARGS", help="extra srun options, e.g. '--reservation=maint'")
+    ft.add_argument("--parallel", type=int, default=64, metavar="N", help="jobs of one round in flight at once "
+                    "(default 64)")
+    ft.add_argument("--mpi", default="pmix", help="srun --mpi for all_reduce_perf (default pmix)")
+    ft.add_argument("--nccl-binary", help="all_reduce_perf (default: where the nccl role builds it)")
+    ft.add_argument("--json", action="store_true", help="machine-readable: ok, transport, results, not_measured, "
+                    "suspects, jobs (progress goes to stderr)")
+    ft.add_argument("--limit", type=int, default=20, metavar="N", help="slow results listed (default 20)")
+    ft.set_defaults(func=cmd_test)

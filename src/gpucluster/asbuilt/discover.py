@@ -9,6 +9,7 @@ fewer links than the most common count between the same two tiers is degraded.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable
 
 from gpucluster.asbuilt.findings import Finding, by_kind, ordered
 from gpucluster.asbuilt.graph import AGGREGATION, HCA, PORT_SPAN, ROUTER, SWITCH, Fabric, rate_gbps
@@ -59,7 +60,7 @@ def _switch_names(fab: Fabric, switches: list[int]) -> dict[int, str]:
     return out
 
 
-def discover(fab: Fabric) -> dict:
+def discover(fab: Fabric, advance: Callable[[int], None] | None = None) -> dict:
     """The `fabric discover --json` document. Contract keys: switches, tiers, hosts, host_ports,
     unidentified, bundles, degraded_bundles, findings (more may be added; none removed or renamed)."""
     nodes = fab.nodes
@@ -73,7 +74,9 @@ def discover(fab: Fabric) -> dict:
     bundle: Counter = Counter()
     rates_by_pair: dict[tuple[str, str], Counter] = defaultdict(Counter)
     links_by_pair: dict[tuple[str, str], list] = defaultdict(list)
-    for a, pa, b, pb, rate in fab.links():
+    for n_link, (a, pa, b, pb, rate) in enumerate(fab.links(), 1):
+        if advance is not None and not n_link % 10000:
+            advance(10000)
         ka, kb = nodes[a].kind, nodes[b].kind
         if ka == SWITCH and kb == SWITCH:
             x, y = (a, b) if (level[a], names[a]) <= (level[b], names[b]) else (b, a)

@@ -1,9 +1,9 @@
 """`fabric test`, the pure part: which nodes to pair, what each result must reach, and who is to blame.
 
-Phase 1 (here): pair selection by tier, thresholds from the plan, localisation of slow results, and
-the loop that drives them (`run_test`) through a `Runner`. Phase 2 plugs in the runner that submits
-the cases as Slurm jobs (all_reduce_perf or ib_write_bw on real nodes; iperf3 over the container
-network on staged nodes, the staging stand-in for the transport).
+Pair selection by tier, thresholds from the plan, localisation of slow results, and the loop that drives
+them (`run_test`) through a `Runner`; slurmrun.SlurmRunner submits the cases as Slurm jobs
+(all_reduce_perf or ib_write_bw on real nodes; iperf3 over the container network on staged nodes, the
+staging stand-in for the transport).
 
 Threshold of a case = link speed x lanes (the node's rails, or 1 for a single-rail case) x efficiency
 / the oversubscription the case crosses (1 under one leaf, the leaf's ratio across the spine, leaf x
@@ -39,14 +39,19 @@ class Transport:
 # Defaults. nccl: 8 x 400G H100 nodes reach ~370 GB/s all_reduce bus bandwidth across nodes
 # (network bound, 350-390 GB/s published; 370/400 = 0.925). perftest: ib_write_bw reaches ~96% of
 # the line rate on an idle link. iperf3: the staging stand-in; the container network's nominal 10 Gb/s
-# is no hardware limit, so half of it is the bar a working veth clears and a throttled one does not.
+# is no hardware limit, and a veth pair gives what the CPU can copy. Calibrated on this project's shared
+# 2-core build machine, two streams per pair at once (docs/fabric.md): healthy pairs measured 0.64-10.9
+# Gb/s (0.64 under a load of 16 from other staged clusters), a node throttled to 10 Mbit/s (tc tbf on its
+# host veth) 0.009. A bar of 0.02 x 10 Gb/s = 0.2 Gb/s is 3x under the worst healthy pair and 20x over
+# the throttled one.
 TRANSPORTS = {
     "nccl": Transport("nccl", "all_reduce_perf (nccl-tests / rccl-tests)", "GB/s", True, 0.925,
                       "8 x 400G H100: ~370 GB/s all_reduce busbw across nodes"),
     "perftest": Transport("perftest", "ib_write_bw (perftest)", "Gb/s", False, 0.96,
                           "ib_write_bw on an idle link: ~96% of the line rate"),
     "iperf3": Transport("iperf3", "iperf3 over the container network (staging stand-in for the transport)",
-                        "Gb/s", False, 0.5, "staging: half the veth's nominal speed", stand_in=True),
+                        "Gb/s", False, 0.02, "staging: calibrated on loaded veth pairs (docs/fabric.md)",
+                        stand_in=True),
 }
 
 
@@ -73,6 +78,8 @@ class Case:
 class Outcome:
     case: Case
     value: float
+    job: str = ""  # the Slurm job that measured it
+    detail: str = ""  # per direction or per link, as the tool reported it
 
     @property
     def slow(self) -> bool:
@@ -80,8 +87,9 @@ class Outcome:
 
     def evidence(self) -> str:
         verdict = "<" if self.slow else ">="
-        return (f"{self.case.label}: {self.value:g} {self.case.unit} {verdict} {self.case.threshold:g} "
-                f"{self.case.unit}")
+        job = f" (job {self.job})" if self.job else ""
+        return (f"{self.case.label}: {self.value:.3g} {self.case.unit} {verdict} {self.case.threshold:g} "
+                f"{self.case.unit}{job}")
 
 
 @dataclass(frozen=True)
@@ -382,8 +390,9 @@ def _followups(plan: Plan, ambiguous: list[Outcome], outcomes: list[Outcome], ba
 # ---- the loop, with the runner as a seam ------------------------------------------------------------
 
 class Runner(Protocol):
-    """Runs cases and returns one outcome per case. Phase 2: Slurm jobs (sbatch/srun) running
-    all_reduce_perf or ib_write_bw on real nodes, iperf3 on staged ones."""
+    """Runs one round's cases and returns an outcome per case it measured (slurmrun.SlurmRunner: a Slurm
+    job per case running all_reduce_perf or ib_write_bw on real nodes, iperf3 on staged ones; the cases it
+    could not measure it keeps, with why, as its own failures)."""
 
     def run(self, cases: list[Case]) -> list[Outcome]: ...
 

@@ -24,7 +24,7 @@ block can be found at all is refused (UsageError, exit 2). Memory is linear in t
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from gpucluster.asbuilt.findings import Finding
@@ -193,6 +193,16 @@ def _file_chunks(fh, size: int = CHUNK) -> Iterator[bytes]:
             yield block[:cut]
 
 
+def _counted(chunks: Iterator[bytes], advance: Callable[[int], None]) -> Iterator[bytes]:
+    done = told = 0
+    for chunk in chunks:
+        yield chunk
+        done += len(chunk)
+        if done >> 20 > told:
+            advance((done >> 20) - told)
+            told = done >> 20
+
+
 def parse(dump: str | bytes | Iterable[str | bytes], source: str = "<dump>") -> Fabric:
     """Read ibnetdiscover output (the whole text, or its lines) into a Fabric, findings included."""
     if not isinstance(dump, str | bytes):
@@ -331,12 +341,14 @@ def _finish(r: _Reader) -> Fabric:
     return fab
 
 
-def read(path: str | Path) -> Fabric:
-    """Parse a dump file. A file with no node block at all is not an ibnetdiscover topology: exit 2."""
+def read(path: str | Path, advance: Callable[[int], None] | None = None) -> Fabric:
+    """Parse a dump file. A file with no node block at all is not an ibnetdiscover topology: exit 2.
+    `advance(n)` is told each whole MB read (the CLI's progress bar on a large dump)."""
     p = Path(path)
     try:
         with open(p, "rb") as fh:
-            fab = _parse(_file_chunks(fh), str(p))
+            chunks = _file_chunks(fh) if advance is None else _counted(_file_chunks(fh), advance)
+            fab = _parse(chunks, str(p))
     except OSError as exc:
         raise UsageError(f"{p}: cannot read ({exc.strerror or exc}); give the file `ibnetdiscover > FILE` wrote") \
             from None

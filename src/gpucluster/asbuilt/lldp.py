@@ -173,9 +173,9 @@ def default_is_host(names: set[str]) -> Callable[[str], bool]:
     return is_host
 
 
-def read(path: str | Path, is_host: Callable[[str], bool]) -> Fabric:
+def read(path: str | Path, is_host: Callable[[str], bool], advance: Callable[[int], None] | None = None) -> Fabric:
     """A folder of per-device files, or one merged file. `is_host` tells hosts from switches (verify
-    passes the plan's hosts and the --hosts names)."""
+    passes the plan's hosts and the --hosts names); `advance(1)` is told each device read."""
     p = Path(path)
     b = _Builder(str(p), is_host)
     if p.is_dir():
@@ -185,6 +185,8 @@ def read(path: str | Path, is_host: Callable[[str], bool]) -> Fabric:
                              "there as <its name>.json")
         for f in files:
             b.add(f.stem, _load(f), str(f))
+            if advance is not None:
+                advance(1)
     else:
         doc = _load(p)
         if isinstance(doc, dict) and "lldp" in doc:
@@ -192,6 +194,8 @@ def read(path: str | Path, is_host: Callable[[str], bool]) -> Fabric:
         elif isinstance(doc, dict) and doc:
             for device, sub in doc.items():
                 b.add(str(device), sub, f"{p} ({device})")
+                if advance is not None:
+                    advance(1)
         else:
             raise UsageError(f"{p}: expected `lldpctl -f json` output or {{device: that output, ...}}")
     return b.fab

@@ -7,7 +7,6 @@ older stacks write "<hostname> HCA-1"; before either runs it is the adapter's mo
 
 from __future__ import annotations
 
-import csv
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,33 +76,21 @@ class SiteNames:
         return m.group(1) if m.groups() else m.group(0)
 
 
-def load_hosts(path: str | Path) -> dict[str, str]:
-    """A --hosts file: CSV with header `hostname,address[,port][,user]` (the inventory's form); for
-    verify the second column is the site's name for the plan's host. Returns {site name: plan name}."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{p}: cannot read the hosts file ({exc}); give a CSV with header "
-                         "hostname,address[,port][,user]") from None
-    rows = list(csv.reader(text.splitlines()))
-    header = [c.strip() for c in rows[0]] if rows else []
-    if header[:2] != ["hostname", "address"]:
-        raise UsageError(f"{p}:1: the header must start with hostname,address (got {','.join(header) or 'nothing'}); "
-                         "write 'hostname,address' and one row per host: plan name, site name")
+def load_hosts(path: str | Path, plan_hosts: list[str], spec_file: str = "") -> dict[str, str]:
+    """A --hosts file, read by the inventory's own reader (the CSV form `gpucluster inventory --hosts`
+    takes: header `hostname,address[,port][,user]`); for verify the address is the site's name for the
+    plan's host, and hosts the file leaves out keep their plan names. Returns {site name: plan name}.
+    Raises SpecError (file, line, field, rule, fix) for a malformed file or a host the spec lacks."""
+    from gpucluster.inventory.sources import from_hosts_file
+
+    conns = from_hosts_file(path, plan_hosts, spec_file=spec_file, require_all=False)
     out: dict[str, str] = {}
-    seen: dict[str, int] = {}
-    for n, row in enumerate(rows[1:], 2):
-        if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
-            continue
-        if len(row) < 2 or not row[0].strip() or not row[1].strip():
-            raise UsageError(f"{p}:{n}: needs a plan hostname and the site's name for it, e.g. gti0001,node-a17")
-        plan, site = row[0].strip(), row[1].strip()
+    for plan, conn in conns.items():
+        site = str(conn.get("ansible_host", plan))
         if site in out:
-            raise UsageError(f"{p}:{n}: the site name '{site}' is already given to {out[site]} on line {seen[site]}; "
-                             "each site name maps to one plan host")
+            raise UsageError(f"{path}: the site name '{site}' is given to {out[site]} and to {plan}; each site "
+                             "name maps to one plan host")
         out[site] = plan
-        seen[site] = n
     return out
 
 

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpucluster.asbuilt.findings import Finding, by_kind, ordered
@@ -51,6 +52,7 @@ class Pass:
 class Result:
     findings: list[Finding]
     summary: dict
+    match: Match | None = None  # which discovered node is which planned device
 
     @property
     def ok(self) -> bool:
@@ -122,14 +124,16 @@ def found_rows(plan: Plan, idx: PlanIndex, fab: Fabric, m: Match) -> tuple[set[s
     return rows, slow, odd
 
 
-def compare(plan: Plan, idx: PlanIndex, fab: Fabric, m: Match) -> Pass:
-    """The planned cables (streamed) against the discovered rows."""
+def compare(plan: Plan, idx: PlanIndex, fab: Fabric, m: Match, advance: Callable[[int], None] | None = None) -> Pass:
+    """The planned cables (streamed) against the discovered rows; `advance(n)` is told each chunk's cables."""
     out = Pass()
     found, slow, out.odd = found_rows(plan, idx, fab, m)
     unmatched: list[str] = []
     for chunk in cabling_rows(plan):
         keys = chunk.splitlines()
         out.planned += len(keys)
+        if advance is not None:
+            advance(len(keys))
         unmatched.extend([k for k in keys if k not in found])
         found.difference_update(keys)
     out.matched = out.planned - len(unmatched)
@@ -195,14 +199,17 @@ def infer(fab: Fabric, m: Match, votes: dict[int, Counter], device_votes: dict[s
     return changed
 
 
-def verify(plan: Plan, fab: Fabric, site: SiteNames | None = None, *, idx: PlanIndex | None = None) -> Result:
+def verify(plan: Plan, fab: Fabric, site: SiteNames | None = None, *, idx: PlanIndex | None = None,
+           advance: Callable[[int], None] | None = None) -> Result:
+    """The dump against the plan: findings and a summary (and the match, for the discovered Slurm topology).
+    `advance(n)` is told the planned cables compared so far (the CLI's progress bar)."""
     idx = idx or PlanIndex.of(plan)
     site = site or SiteNames()
     m = resolve(fab, idx, site)
     for _ in range(4):  # leaves from hosts, spines from leaves, cores from spines
         if not (m.unresolved or m.pending) or not infer(fab, m, *vote(plan, fab, m)):
             break
-    p = compare(plan, idx, fab, m)
+    p = compare(plan, idx, fab, m, advance)
     findings = ordered(list(fab.findings) + _explain(plan, idx, fab, m, p))
     summary = {
         "planned_links": p.planned,
@@ -215,7 +222,7 @@ def verify(plan: Plan, fab: Fabric, site: SiteNames | None = None, *, idx: PlanI
         "unplanned_hosts": len({h for h in m.unplanned_hosts.values()}),
         "findings_by_kind": by_kind(findings),
     }
-    return Result(findings, summary)
+    return Result(findings, summary, m)
 
 
 # ---- explaining what disagrees -------------------------------------------------------------------

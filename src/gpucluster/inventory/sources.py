@@ -211,8 +211,10 @@ def from_ssh_config(path: str | os.PathLike, hosts: list[str], *, spec_file: str
     return out
 
 
-def from_hosts_file(path: str | os.PathLike, hosts: list[str], *, spec_file: str = "") -> dict[str, dict]:
-    """Connection variables from a CSV file: header `hostname,address[,port][,user]`. Raises SpecError."""
+def from_hosts_file(path: str | os.PathLike, hosts: list[str], *, spec_file: str = "",
+                    require_all: bool = True) -> dict[str, dict]:
+    """Connection variables from a CSV file: header `hostname,address[,port][,user]`. Raises SpecError.
+    require_all=False reads a partial file (fabric verify's --hosts maps only the hosts the site renamed)."""
     path = Path(path)
     name = str(path)
     try:
@@ -276,7 +278,7 @@ def from_hosts_file(path: str | os.PathLike, hosts: list[str], *, spec_file: str
                 continue
             conn["ansible_user"] = user
         out[host] = conn
-    missing = [h for h in hosts if h not in out and h not in first_line]
+    missing = [h for h in hosts if h not in out and h not in first_line] if require_all else []
     if missing:
         findings.append(Finding(("hostname",), f"{len(missing)} host(s) of the spec{_in(spec_file)} are not in the "
                                 f"file: {_some(missing)}", "add a line for each (hostname,address)",

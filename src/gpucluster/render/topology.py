@@ -154,3 +154,25 @@ def named_topologies(spec: ClusterSpec, plan: Plan, version: str) -> list[NamedT
             blocks=blocks(plan, version) if kind == "block" else None,
         ))
     return out
+
+
+def topology_files(spec: ClusterSpec, plan) -> dict[str, str]:
+    """Slurm's topology file of a fabric: topology.conf, or topology.yaml from 25.05 (none for
+    slurm.topology none), through the templates `gpucluster render` uses. `plan` is the Plan, or any
+    neutral view of a fabric with the same shape: what the translators read is `units` (name, group,
+    pod, count), `pods`, `tiers`, `units_per_pod`, `root_name`, `design`, `spec` and `unit_hostlist(unit)`.
+    `fabric verify` passes the fabric the wires describe, so the two files can be compared line by line."""
+    from gpucluster.render.templating import environment
+
+    version = spec.slurm.version
+    topologies = named_topologies(spec, plan, version) if has(version, "topology-yaml") else []
+    ctx = {"spec": spec, "plan": plan, "topologies": topologies, "block_sizes": has(version, "block-sizes"),
+           "switches": slurm_switches(plan) if spec.slurm.topology == "tree" else None,
+           "blocks": blocks(plan, version) if spec.slurm.topology == "block" else None}
+    if topologies:
+        name, template = "topology.yaml", "slurm/topology.yaml.j2"
+    elif spec.slurm.topology != "none":
+        name, template = "topology.conf", "slurm/topology.conf.j2"
+    else:
+        return {}
+    return {name: environment().get_template(template).render(ctx)}
