@@ -238,7 +238,8 @@ def test_site_checks_are_named_from_their_files(tmp_path: Path) -> None:
 
 
 def test_the_timer_runs_only_when_slurmd_has_not(node) -> None:
-    """--if-stale: the node's timer runs the checks only if no run started within the interval."""
+    """--if-stale: the node's timer runs the checks only if no run started for stale_after seconds (the
+    interval and a quarter: slurmd's own runs come every interval, a second or two late)."""
     node.write_config(interval=300)
     node.site_check("10-bad", "echo bad; exit 1\n")
     node.run("--if-stale")
@@ -246,7 +247,11 @@ def test_the_timer_runs_only_when_slurmd_has_not(node) -> None:
     started = node.state["started"]
     node.run("--if-stale")
     assert node.state["started"] == started  # ran 0 s ago: skipped
-    assert runner.stale(str(node.config), now=started + 299) and not runner.stale(str(node.config), now=started + 10)
+    config = str(node.config)
+    assert not runner.stale(config, now=started + 301)  # slurmd's next run is due about now: leave it to slurmd
+    assert runner.stale(config, now=started + 375) and not runner.stale(config, now=started + 374)
+    node.write_config(interval=300, stale_after=100)  # the rendered config says it (render/health/config.py)
+    assert runner.stale(config, now=started + 100) and not runner.stale(config, now=started + 99)
 
 
 def test_a_relative_config_path_works(node) -> None:
