@@ -6,7 +6,8 @@ environment (SLURMD_NODENAME, no PATH), kills it after 60 s, and blocks registra
 - every check is its own process group, killed at its budget ("timed out after Ns" is a failure);
 - the whole run stops at `run_budget` seconds (config), below Slurm's 60, whatever the checks do;
 - it always exits 0: the verdict goes to Slurm through scontrol (decide.py), never through an exit
-  status that would keep slurmd from registering;
+  status that would keep slurmd from registering; when the node's munged is down, through a private
+  munged with the node's key (privmunge.py), so that node drains too;
 - a second run while one is going exits at once (a lock), so slow runs never pile up.
 
 State (per check: last result and since when; passing runs in a row) is kept in <state_dir>/state.json,
