@@ -149,6 +149,21 @@ def test_drained_by_gpucluster_resumes_after_n_passes_in_a_row(node) -> None:
     assert node.updates[-1] == f"update nodename={node.name} state=resume"
 
 
+def test_a_drain_by_a_check_since_removed_resumes_like_any_other(node) -> None:
+    """An operator removes a site check that misbehaved (here: it sleeps past its budget): its verdict no
+    longer counts, so the nodes it drained come back after resume_after passing runs, not never."""
+    sleeper = node.site_check("50-sleepy.sh", "sleep 30\n")
+    node.site_check("10-ok", "echo fine\n")
+    node.run()
+    assert node.in_slurm == {"state": "IDLE+DRAIN", "reason": "gpc:sleepy: timed out after 2s"}
+    sleeper.unlink()
+    for expect in (1, 2):
+        node.run()
+        assert (node.state["action"], node.state["passes"]) == ("none", expect), node.state["why"]
+    node.run()
+    assert node.state["action"] == "resume" and node.in_slurm == {"state": "IDLE", "reason": ""}
+
+
 def test_a_failure_between_passes_starts_the_count_over(node) -> None:
     flag = node.tmp / "broken"
     node.site_check("10-flag", f'if [ -e {flag} ]; then echo bad; exit 1; fi\n')

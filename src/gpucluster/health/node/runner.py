@@ -174,6 +174,15 @@ def session(config: dict, env: dict, deadline: float | None = None) -> slurmctl.
                             run_dir=config.get("run_dir", slurmctl.privmunge.BASE), deadline=deadline)
 
 
+def resumable(checks: list[dict], reason: str) -> set[str]:
+    """The checks whose passing runs may lift a gpc: drain: this run's, a config error, and a check the node
+    no longer runs (a site check an operator removed, a check the spec now skips: its verdict no longer
+    counts, or a buggy check would keep every node it drained out for good); never an active check's."""
+    names = {c["name"] for c in checks} | {"config"}
+    by = decide.check_of(reason)
+    return names | ({by} if by and by not in decide.ACTIVE else set())
+
+
 def run(config_path: str, node: str | None = None, act: bool = True) -> dict:
     config_path = os.path.abspath(config_path)  # the checks run from /, not from the caller's folder
     with open(config_path) as fh:
@@ -201,7 +210,7 @@ def run(config_path: str, node: str | None = None, act: bool = True) -> dict:
             summary.update(action="none", why=f"node state unknown, nothing changed: {why_not}")
         else:
             d = decide.decide(info.get("State", ""), info.get("reason", ""), failures, int(state.get("passes", 0)),
-                              int(config.get("resume_after", 3)), {c["name"] for c in checks} | {"config"})
+                              int(config.get("resume_after", 3)), resumable(checks, info.get("reason", "")))
             summary.update(action=d.action, why=d.why, passes=d.passes, slurm_state=info.get("State", ""),
                            reason=d.reason if d.action == "drain" else info.get("reason", ""))
             if act and d.action == "drain":
