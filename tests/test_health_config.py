@@ -18,6 +18,13 @@ from gpucluster.render.health.config import node_configs
 from gpucluster.spec.stacks import needs_fabric_manager
 
 
+def staging_with_health(section: str) -> str:
+    """examples/staging.yaml with its own health: section (its last block) replaced by `section`."""
+    head, sep, _own = example_text("staging").rpartition("\nhealth:\n")
+    assert sep, "examples/staging.yaml has no health: section"
+    return head + "\n" + section
+
+
 @pytest.fixture(scope="module")
 def clusters() -> dict:
     return {name: load_cluster(example_path(name)) for name in EXAMPLES}
@@ -57,8 +64,8 @@ def test_staging_checks_the_stand_in_gpus_and_both_storage_tiers(clusters) -> No
 
 
 def test_skip_and_thresholds_come_from_the_spec(tmp_path: Path) -> None:
-    text = example_text("staging").replace("fabric:\n", "health:\n  skip: [mount-home, gpu-ecc]\n  interval: 60\n"
-                                           "  check_timeout: 7\n  min_free_pct: 12.5\n  resume_after: 2\nfabric:\n", 1)
+    text = staging_with_health("health:\n  skip: [mount-home, gpu-ecc]\n  interval: 60\n  check_timeout: 7\n"
+                               "  min_free_pct: 12.5\n  resume_after: 2\n")
     (tmp_path / "s.yaml").write_text(text)
     config = node_configs(load_cluster(tmp_path / "s.yaml"))["gpu"]
     names = [c["name"] for c in config["checks"]]
@@ -174,7 +181,7 @@ def test_cli_render_writes_the_files_and_prints_the_slurm_conf_lines(tmp_path: P
     assert json.loads((out / files.config_name("gpu")).read_text())["group"] == "gpu"
     assert (out / "runner.py").read_text() == (files.NODE_DIR / "runner.py").read_text()
     bad = tmp_path / "bad.yaml"
-    bad.write_text(example_text("staging").replace("fabric:\n", "health:\n  skip: [gpu-cnt]\nfabric:\n", 1))
+    bad.write_text(staging_with_health("health:\n  skip: [gpu-cnt]\n"))
     res = subprocess.run([sys.executable, "-m", "gpucluster.cli", "health", "render", str(bad), "-o", str(out)],
                          capture_output=True, text=True, check=False)
     assert res.returncode == 2 and f"{bad}:" in res.stderr and "[health]" in res.stderr

@@ -76,3 +76,14 @@ def test_reason_fits_and_stays_one_line() -> None:
 
 def test_clean_keeps_printable_ascii_only() -> None:
     assert clean("GPU 3 é\x00 fell  off\n") == "GPU 3 fell off"
+
+
+def test_the_node_side_knows_the_specs_active_checks() -> None:
+    """decide.ACTIVE (standalone on the nodes) names exactly the checks health.active.checks accepts."""
+    import typing
+
+    from gpucluster.health.node.decide import ACTIVE
+    from gpucluster.spec.model import HealthActive
+
+    literal = typing.get_args(HealthActive.model_fields["checks"].annotation)[0]
+    assert set(typing.get_args(literal)) == set(ACTIVE)

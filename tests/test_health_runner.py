@@ -149,6 +149,21 @@ def test_drained_by_gpucluster_resumes_after_n_passes_in_a_row(node) -> None:
     assert node.updates[-1] == f"update nodename={node.name} state=resume"
 
 
+def test_a_drain_by_a_check_since_removed_resumes_like_any_other(node) -> None:
+    """An operator removes a site check that misbehaved (here: it sleeps past its budget): its verdict no
+    longer counts, so the nodes it drained come back after resume_after passing runs, not never."""
+    sleeper = node.site_check("50-sleepy.sh", "sleep 30\n")
+    node.site_check("10-ok", "echo fine\n")
+    node.run()
+    assert node.in_slurm == {"state": "IDLE+DRAIN", "reason": "gpc:sleepy: timed out after 2s"}
+    sleeper.unlink()
+    for expect in (1, 2):
+        node.run()
+        assert (node.state["action"], node.state["passes"]) == ("none", expect), node.state["why"]
+    node.run()
+    assert node.state["action"] == "resume" and node.in_slurm == {"state": "IDLE", "reason": ""}
+
+
 def test_a_failure_between_passes_starts_the_count_over(node) -> None:
     flag = node.tmp / "broken"
     node.site_check("10-flag", f'if [ -e {flag} ]; then echo bad; exit 1; fi\n')
@@ -238,7 +253,8 @@ def test_site_checks_are_named_from_their_files(tmp_path: Path) -> None:
 
 
 def test_the_timer_runs_only_when_slurmd_has_not(node) -> None:
-    """--if-stale: the node's timer runs the checks only if no run started within the interval."""
+    """--if-stale: the node's timer runs the checks only if no run started for stale_after seconds (the
+    interval and a quarter: slurmd's own runs come every interval, a second or two late)."""
     node.write_config(interval=300)
     node.site_check("10-bad", "echo bad; exit 1\n")
     node.run("--if-stale")
@@ -246,7 +262,11 @@ def test_the_timer_runs_only_when_slurmd_has_not(node) -> None:
     started = node.state["started"]
     node.run("--if-stale")
     assert node.state["started"] == started  # ran 0 s ago: skipped
-    assert runner.stale(str(node.config), now=started + 299) and not runner.stale(str(node.config), now=started + 10)
+    config = str(node.config)
+    assert not runner.stale(config, now=started + 301)  # slurmd's next run is due about now: leave it to slurmd
+    assert runner.stale(config, now=started + 375) and not runner.stale(config, now=started + 374)
+    node.write_config(interval=300, stale_after=100)  # the rendered config says it (render/health/config.py)
+    assert runner.stale(config, now=started + 100) and not runner.stale(config, now=started + 99)
 
 
 def test_a_relative_config_path_works(node) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -90,6 +91,7 @@ def cluster():
         with SlurmCluster(conf, slurmd_nodes=NODES, workdir=work, overrides=overrides, keep=False) as c:
             c.flags = flags
             c.state = state
+            c.base = base
             yield c
     finally:
         shutil.rmtree(base, ignore_errors=True)
@@ -146,3 +148,36 @@ def test_a_check_sleeping_past_its_budget_drains_while_slurm_stays_responsive(cl
         (cluster.flags / "sleep-gpu01").unlink()
     wait_for("gpu01 resumed after the sleeper stopped", lambda: "DRAIN" not in node(cluster, "gpu01")["states"],
              (2 + 2) * INTERVAL + 15)
+
+
+def test_a_node_that_cannot_reach_its_munged_still_drains_itself(cluster) -> None:
+    """The munge gap: gpu01's scontrol is pointed at a munge socket nobody serves (its munged is down). A
+    failing check still drains it: the runner starts a private munged with the node's key (the cluster's,
+    so slurmctld decodes the credential), sends the drain through it, and stops it."""
+    config_path = Path(str(cluster.base / "health.json") + ".gpu01")
+    original = config_path.read_text()
+    node_view = cluster.base / "gpu01-slurm.conf"
+    conf = cluster.conf_path.read_text()
+    assert "AuthInfo=socket=" in conf  # the harness's munged, the one slurmctld uses
+    node_view.write_text(re.sub(r"(?m)^AuthInfo=socket=[^,\s]+", f"AuthInfo=socket={cluster.base}/dead/munge.sock",
+                                conf))
+    run_dir = cluster.base / "run"
+    data = json.loads(original)
+    data["env"]["SLURM_CONF"] = str(node_view)
+    data.update(munge_key=str(cluster.workdir / "munge" / "key" / "munge.key"), run_dir=str(run_dir))
+    config_path.write_text(json.dumps(data))
+    (cluster.flags / "broken-gpu01").write_text("munged is down\n")
+    try:
+        t0 = time.monotonic()
+        wait_for("gpu01 drained through the private munged",
+                 lambda: drained_with(cluster, "gpu01", "gpc:flag: munged is down"), 2 * INTERVAL + 10)
+        print(f"gpu01 drained {time.monotonic() - t0:.1f} s after its check broke, its munge socket dead")
+        state = json.loads((cluster.state / "gpu01" / "state.json").read_text())
+        assert state["auth"].startswith("private munged (the node's did not answer: Failed to access"), state
+        assert state["applied"] is True
+        time.sleep(1)
+        assert list(run_dir.iterdir()) == [], "the private munged's folder outlived its run"
+    finally:
+        config_path.write_text(original)
+        (cluster.flags / "broken-gpu01").unlink()
+    wait_for("gpu01 resumed", lambda: "DRAIN" not in node(cluster, "gpu01")["states"], (2 + 2) * INTERVAL + 15)

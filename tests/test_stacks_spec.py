@@ -80,14 +80,15 @@ CASES = {
     "a GPU the lock does not know, from the vendor repository": Case(
         "staging", "    gpu: h100-sxm5-80g\n", "    gpu: l40s\n", "node_groups[1].gpu", "version-lock",
         "    gpu: l40s", fix="source: debian"),
+    # staging.yaml has a health: section of its own (interval: 30): these add to it or change it.
     "an unknown health check to skip": Case(
-        "staging", "fabric:\n", "health:\n  skip: [gpu-cnt]\nfabric:\n", "health.skip[0]", "health",
+        "staging", "\nhealth:\n", "\nhealth:\n  skip: [gpu-cnt]\n", "health.skip[0]", "health",
         "  skip:", fix="did you mean 'gpu-count'?"),
     "an interval shorter than a run": Case(
-        "staging", "fabric:\n", "health:\n  interval: 10\nfabric:\n", "health.interval", "health",
+        "staging", "\n  interval: 30\n", "\n  interval: 10\n", "health.interval", "health",
         "  interval: 10", fix="at least 30"),
     "active checks in a partition that does not exist": Case(
-        "staging", "fabric:\n", "health:\n  active: {checks: [dcgm-diag], partition: gpus}\nfabric:\n",
+        "staging", "\nhealth:\n", "\nhealth:\n  active: {checks: [dcgm-diag], partition: gpus}\n",
         "health.active.partition", "health", "  active:", fix="did you mean 'gpu'?"),
 }
 

@@ -376,7 +376,7 @@ def mount(check: dict) -> tuple[bool, str]:
     if want and not fstype.startswith(want):
         return False, f"{path} is {fstype}, not {want}"
     # A dead server hangs stat in the kernel: ask from a child and give up on it after the budget.
-    wait = float(check.get("stat_timeout", 5))
+    wait = min(float(check.get("stat_timeout", 5)), budget(check))  # its own words before the runner's kill
     probe = [sys.executable, "-c", "import os,sys; os.statvfs(sys.argv[1]); os.listdir(sys.argv[1])",
              host_path(path)]
     try:

@@ -13,6 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 PREFIX = "gpc:"
+# The active checks (the spec's health.active.checks): they run as Slurm jobs, which a drained node does not
+# get, so the passive runs cannot show their fault gone and never lift their drain.
+ACTIVE = ("dcgm-diag", "nccl-allreduce", "ib-bandwidth")
 # Slurm stores any length, but `sinfo -R` and dashboards show the start: keep a reason short and one line.
 MAX_REASON = 128
 

@@ -6,7 +6,8 @@ environment (SLURMD_NODENAME, no PATH), kills it after 60 s, and blocks registra
 - every check is its own process group, killed at its budget ("timed out after Ns" is a failure);
 - the whole run stops at `run_budget` seconds (config), below Slurm's 60, whatever the checks do;
 - it always exits 0: the verdict goes to Slurm through scontrol (decide.py), never through an exit
-  status that would keep slurmd from registering;
+  status that would keep slurmd from registering; when the node's munged is down, through a private
+  munged with the node's key (privmunge.py), so that node drains too;
 - a second run while one is going exits at once (a lock), so slow runs never pile up.
 
 State (per check: last result and since when; passing runs in a row) is kept in <state_dir>/state.json,
@@ -167,6 +168,21 @@ def record(state: dict, results: list[dict], now: float) -> dict:
 # ---------------------------------------------------------------- one run
 
 
+def session(config: dict, env: dict, deadline: float | None = None) -> slurmctl.Session:
+    """This run's scontrol calls: through the node's munged, else a private one with the node's key."""
+    return slurmctl.Session(env, munge_key=config.get("munge_key", slurmctl.privmunge.KEY),
+                            run_dir=config.get("run_dir", slurmctl.privmunge.BASE), deadline=deadline)
+
+
+def resumable(checks: list[dict], reason: str) -> set[str]:
+    """The checks whose passing runs may lift a gpc: drain: this run's, a config error, and a check the node
+    no longer runs (a site check an operator removed, a check the spec now skips: its verdict no longer
+    counts, or a buggy check would keep every node it drained out for good); never an active check's."""
+    names = {c["name"] for c in checks} | {"config"}
+    by = decide.check_of(reason)
+    return names | ({by} if by and by not in decide.ACTIVE else set())
+
+
 def run(config_path: str, node: str | None = None, act: bool = True) -> dict:
     config_path = os.path.abspath(config_path)  # the checks run from /, not from the caller's folder
     with open(config_path) as fh:
@@ -180,41 +196,55 @@ def run(config_path: str, node: str | None = None, act: bool = True) -> dict:
     checks += site_checks(config.get("site_dir", "/etc/gpucluster/health.d"), float(config.get("check_timeout", 20)),
                           {c["name"] for c in checks})
     started = time.time()
-    results = run_checks(checks, config_path, env, float(config.get("run_budget", 30)))
+    run_budget = float(config.get("run_budget", 30))
+    deadline = time.monotonic() + run_budget  # the checks', then scontrol's: one budget for the whole run
+    results = run_checks(checks, config_path, env, run_budget)
     state_path = os.path.join(state_dir, "state.json")
     state = load_state(state_path)
     failures = [(r["name"], r["message"]) for r in results if not r["ok"]]
-    info, why_not = slurmctl.show(node, env)
-    summary = {"node": node, "started": started, "seconds": round(time.time() - started, 3),
-               "checks": record(state, results, started), "passes": int(state.get("passes", 0))}
-    if info is None:
-        summary.update(action="none", why=f"node state unknown, nothing changed: {why_not}")
-    else:
-        d = decide.decide(info.get("State", ""), info.get("reason", ""), failures, int(state.get("passes", 0)),
-                          int(config.get("resume_after", 3)), {c["name"] for c in checks} | {"config"})
-        summary.update(action=d.action, why=d.why, passes=d.passes, slurm_state=info.get("State", ""),
-                       reason=d.reason if d.action == "drain" else info.get("reason", ""))
-        if act and d.action == "drain":
-            ok, text = slurmctl.drain(node, d.reason, env)
-            summary["applied"] = ok if ok else f"scontrol update failed: {text}"
-        elif act and d.action == "resume":
-            ok, text = slurmctl.resume(node, env)
-            summary["applied"] = ok if ok else f"scontrol update failed: {text}"
-            if ok:
-                summary["reason"] = ""
+    summary = {"node": node, "started": started, "checks": record(state, results, started),
+               "passes": int(state.get("passes", 0))}
+    with session(config, env, deadline) as ctl:
+        info, why_not = ctl.show(node)
+        if info is None:
+            summary.update(action="none", why=f"node state unknown, nothing changed: {why_not}")
+        else:
+            d = decide.decide(info.get("State", ""), info.get("reason", ""), failures, int(state.get("passes", 0)),
+                              int(config.get("resume_after", 3)), resumable(checks, info.get("reason", "")))
+            summary.update(action=d.action, why=d.why, passes=d.passes, slurm_state=info.get("State", ""),
+                           reason=d.reason if d.action == "drain" else info.get("reason", ""))
+            if act and d.action == "drain":
+                ok, text = ctl.drain(node, d.reason)
+                summary["applied"] = ok if ok else f"scontrol update failed: {text}"
+            elif act and d.action == "resume":
+                ok, text = ctl.resume(node)
+                summary["applied"] = ok if ok else f"scontrol update failed: {text}"
+                if ok:
+                    summary["reason"] = ""
+        if ctl.auth:
+            summary["auth"] = ctl.auth
+    summary["seconds"] = round(time.time() - started, 3)
     save_state(state_path, summary)
     return summary
 
 
+def stale_after(config: dict) -> float:
+    """Seconds without a run after which the node's timer runs the checks itself: slurmd's runs come every
+    interval (slurmctld's background loop, a second or two late), so a quarter interval of grace keeps the
+    timer from running just before slurmd does and counting one interval twice toward resume_after."""
+    interval = float(config.get("interval", 300))
+    return float(config.get("stale_after", interval + max(2.0, interval // 4)))
+
+
 def stale(config_path: str, now: float | None = None) -> bool:
-    """Whether the last run is older than the interval: slurmd runs the checks only while it can talk to
-    slurmctld (a node whose munged died never gets the RPC), so a timer runs them too, and this keeps the
-    two from counting each interval twice toward resume_after."""
+    """Whether no run started for stale_after seconds: slurmd runs the checks only while it can talk to
+    slurmctld (a node whose munged died never gets the RPC), so a timer looks too (every third of the
+    interval), and runs them when slurmd has not."""
     with open(config_path) as fh:
         config = json.load(fh)
     state = load_state(os.path.join(config.get("state_dir", "/var/lib/gpucluster/health"), "state.json"))
     last = float(state.get("started", 0) or 0)
-    return (time.time() if now is None else now) - last >= float(config.get("interval", 300)) - 1
+    return (time.time() if now is None else now) - last >= stale_after(config)
 
 
 def report(config_path: str, check: str, ok: bool, message: str, node: str | None = None) -> dict:
@@ -236,16 +266,17 @@ def report(config_path: str, check: str, ok: bool, message: str, node: str | Non
                      "active": True}
     state["checks"] = checks
     if not ok:
-        info, why_not = slurmctl.show(node, env)
-        if info is None:
-            state["why"] = f"{check} failed; node state unknown, nothing changed: {why_not}"
-        else:
-            d = decide.decide(info.get("State", ""), info.get("reason", ""), [(check, message)], 0, 1)
-            state.update(action=d.action, why=d.why, passes=0)
-            if d.action == "drain":
-                done, text = slurmctl.drain(node, d.reason, env)
-                state["applied"] = done if done else f"scontrol update failed: {text}"
-                state["reason"] = d.reason
+        with session(config, env) as ctl:
+            info, why_not = ctl.show(node)
+            if info is None:
+                state["why"] = f"{check} failed; node state unknown, nothing changed: {why_not}"
+            else:
+                d = decide.decide(info.get("State", ""), info.get("reason", ""), [(check, message)], 0, 1)
+                state.update(action=d.action, why=d.why, passes=0)
+                if d.action == "drain":
+                    done, text = ctl.drain(node, d.reason)
+                    state["applied"] = done if done else f"scontrol update failed: {text}"
+                    state["reason"] = d.reason
     save_state(path, state)
     return state
 
@@ -273,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         # Unchecked is not healthy: say so in Slurm. A good config later resumes the node (gpc: reason).
         why = getattr(exc, "strerror", None) or exc
         reason = decide.reason_for([("config", f"cannot read {args.config}: {why}")])
-        ok, text = slurmctl.drain(node_name(args.node), reason, environment({}))
+        with session({}, environment({})) as ctl:
+            ok, text = ctl.drain(node_name(args.node), reason)
         print(f"gpucluster-health: {reason}" + ("" if ok else f" (scontrol: {text})"), file=sys.stderr)
         return 0
     try:
@@ -292,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     failed = [f"{n}: {c['message']}" for n, c in summary["checks"].items() if not c["ok"]]
     print(f"gpucluster-health {summary['node']}: {summary['action']} ({summary['why']})"
-          + (f"; failed: {'; '.join(failed)}" if failed else ""))
+          + (f"; failed: {'; '.join(failed)}" if failed else "") + (f"; scontrol: {summary['auth']}"
+                                                                    if summary.get("auth") else ""))
     return 0
 
 

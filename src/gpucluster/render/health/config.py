@@ -16,6 +16,8 @@ from gpucluster.spec.stacks import RUN_MARGIN_S, driver_stack, needs_fabric_mana
 STATE_DIR = "/var/lib/gpucluster/health"
 SITE_DIR = "/etc/gpucluster/health.d"
 SKIP_DIR = "/var/lib/gpucluster/skipped"  # where roles record what they skipped (docs/storage.md)
+RUN_DIR = "/run/gpucluster/health"  # the private munged's folders (node/privmunge.py), gone at reboot
+MUNGE_KEY = "/etc/munge/munge.key"  # where the munge role installs the cluster's key (Debian)
 # Device files Slurm's gres.conf names (render/slurm.py gpu_files), per vendor: (folder/regex of a
 # name, GPU i's name is prefix + (first + i)).
 DEVICES = {"nvidia": (r"/dev/nvidia\d+", "nvidia", 0), "amd": (r"/dev/dri/renderD\d+", "renderD", 128)}
@@ -44,6 +46,19 @@ def mount_checks(cluster: Cluster, group: NodeGroup) -> list[dict]:
                         # Where the kernel has no NFS client the nfs role skips the mount and says why.
                         "skip_record": f"{SKIP_DIR}/nfs-mount-{unit_name(export.mount)}"})
     return out
+
+
+def timer_period(interval: int) -> int:
+    """How often the node's timer looks whether slurmd has run the checks (a third of the interval)."""
+    return max(1, interval // 3)
+
+
+def stale_after(interval: int) -> int:
+    """No run for this long and the timer runs the checks itself: slurmd's own runs come every interval, a
+    second or two late, and a quarter interval of grace keeps the two from both counting one interval. A
+    node whose slurmd no longer runs them is checked at most stale_after + timer_period after the last run
+    (1.6 intervals: a stopped munged drains its node within two)."""
+    return interval + max(2, interval // 4)
 
 
 def node_config(cluster: Cluster, group_name: str) -> dict:
@@ -81,6 +96,9 @@ def node_config(cluster: Cluster, group_name: str) -> dict:
         "check_timeout": health.check_timeout,
         "run_budget": health.check_timeout + RUN_MARGIN_S,
         "resume_after": health.resume_after,
+        "stale_after": stale_after(health.interval),
+        "munge_key": MUNGE_KEY,
+        "run_dir": RUN_DIR,
         "state_dir": STATE_DIR,
         "site_dir": SITE_DIR,
         "checks": checks,

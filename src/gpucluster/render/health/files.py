@@ -12,7 +12,7 @@ from pathlib import Path
 from gpucluster.cluster import Cluster
 from gpucluster.health.node import FILES, NODE_DIR
 from gpucluster.render.health import active
-from gpucluster.render.health.config import SITE_DIR, STATE_DIR, node_configs
+from gpucluster.render.health.config import SITE_DIR, STATE_DIR, node_configs, stale_after, timer_period
 from gpucluster.render.health.slurmconf import CONFIG, LIB_DIR, PROGRAM, slurm_conf_lines
 from gpucluster.render.templating import environment
 from gpucluster.spec.stacks import RUN_MARGIN_S
@@ -31,6 +31,7 @@ def timer_units(cluster: Cluster) -> dict[str, str]:
     """The compute nodes' own timer: the checks run even where slurmd cannot reach slurmctld."""
     health = cluster.spec.health
     ctx = {"cluster": cluster.name, "program": PROGRAM, "interval": health.interval,
+           "period": timer_period(health.interval), "stale_after": stale_after(health.interval),
            "run_budget": health.check_timeout + RUN_MARGIN_S}
     env = environment()
     return {unit: env.get_template(f"health/{unit}.j2").render(ctx)
