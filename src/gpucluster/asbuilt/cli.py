@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from gpucluster.errors import UsageError
-from gpucluster.report.progress import progress
+from gpucluster.progress import progress
 
 EPILOG = """examples:
   gpucluster fabric discover --ibnetdiscover dump.txt

@@ -40,7 +40,8 @@ def flash_context(cluster: Cluster) -> dict:
         "cluster": cluster.name,
         "flash": {"name": tier["name"], "master": tier["master"], "mount": tier["mount"]},
         "data_path": m.data_path, "ports": m.ports.model_dump(), "networks": list(m.client_networks),
-        "root_squash": m.root_squash, "admin": m.admin, "dirs": [d.model_dump() for d in m.chunk_dirs], "leave_space": m.leave_space,
+        "root_squash": m.root_squash, "admin": m.admin, "dirs": [d.model_dump() for d in m.chunk_dirs],
+        "leave_space": m.leave_space,
         "options": list(m.mount_options), "timeout": m.mount_timeout,
         "master_extra": dict(m.master_extra), "chunkserver_extra": dict(m.chunkserver_extra),
     }
