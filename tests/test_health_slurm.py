@@ -172,7 +172,12 @@ def test_a_node_that_cannot_reach_its_munged_still_drains_itself(cluster) -> Non
         wait_for("gpu01 drained through the private munged",
                  lambda: drained_with(cluster, "gpu01", "gpc:flag: munged is down"), 2 * INTERVAL + 10)
         print(f"gpu01 drained {time.monotonic() - t0:.1f} s after its check broke, its munge socket dead")
-        state = json.loads((cluster.state / "gpu01" / "state.json").read_text())
+        # The run writes its state file after the drain and after stopping the private munged: wait for it.
+        state_file = cluster.state / "gpu01" / "state.json"
+        wait_for("the run that drained gpu01 recorded its state",
+                 lambda: (lambda st: st.get("action") == "drain" and st.get("applied") is True)(
+                     json.loads(state_file.read_text())), INTERVAL + 10)
+        state = json.loads(state_file.read_text())
         assert state["auth"].startswith("private munged (the node's did not answer: Failed to access"), state
         assert state["applied"] is True
         time.sleep(1)
