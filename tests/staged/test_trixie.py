@@ -126,7 +126,9 @@ def test_flash_replicas_are_a_storage_class_on_moosefs_4(staged_trixie):
     assert got.split(":")[-1].strip() == want, f"{client}: {flash.mount} has storage class {got.strip()!r}"
     classes = staged_trixie.exec(client, "sh", "-c", f"cd {flash.mount} && mfsscadmin list -l", check=True).stdout
     block = classes.split(f"name: {want}\n", 1)[-1].split("name: ", 1)[0]
-    assert f"keep_labels: {flash.replicas}*" in block, f"class {want} does not keep {flash.replicas} copies:\n{classes}"
+    # MooseFS 4 prints a label expression without a count of 1: the role's `-K 1*` lists as `*`, `-K 2*` as `2*`
+    labels = "*" if flash.replicas == 1 else f"{flash.replicas}*"
+    assert f"keep_labels: {labels}\n" in block, f"class {want} does not keep {flash.replicas} copies:\n{classes}"
 
 
 # ---------------------------------------------------------------- validate, and a job placed by topology
@@ -198,9 +200,11 @@ def test_a_job_opens_only_the_gpus_it_asked_for(staged_trixie, gpus):
 
 
 def test_second_configure_changes_nothing(staged_trixie):
-    """Idempotence on Debian 13 (the release's own task paths: storage classes, the t64 pin, Ganesha 6.5)."""
+    """Idempotence on Debian 13 where its task paths differ from Debian 12's (storage classes, Ganesha 6.5, the
+    t64 pin, munge): --tags storage,munge,slurm. The whole second converge is shown on Debian 12
+    (tests/staged/test_cluster.py); here it would add ~3 minutes to CI for plays that are the same on both."""
     _need_converged(staged_trixie)
-    result = staged_trixie.configure()
+    result = staged_trixie.configure(tags="storage,munge,slurm")
     assert result.ok, f"second configure failed: {result.failures} (log {result.log_path})"
     changed = {h: tasks for h, tasks in result.changes.items() if tasks}
     assert result.changed == 0, f"second configure changed {result.changed} things: {changed} (log {result.log_path})"
