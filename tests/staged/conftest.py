@@ -184,64 +184,11 @@ def _apt_index(handle: StagedHandle, host: str) -> dict:
     return {"package_lists": int(lists), "folder_age_s": int(age)}
 
 
-@pytest.fixture(scope="session")
-def staged_cluster(tmp_path_factory: pytest.TempPathFactory):
-    """The configured staged cluster of examples/staging.yaml (StagedHandle); torn down at session end.
-
-    Set up the way an operator sets up a fleet gpucluster did not stage: the containers are brought up,
-    then the inventory comes from `gpucluster inventory --ssh-config <the stage's ssh_config>`, the secrets
-    from `gpucluster secrets --generate`, and configure runs with --secrets."""
-    reason = _missing_tools()
-    if reason:
-        skip_or_fail(reason)
-    from gpucluster.cluster import load_cluster
-    from gpucluster.stage.lifecycle import stage_up
-    from gpucluster.stage.podman import StageConfig, down
-
-    cluster = load_cluster(SPEC)
-    loaded, plan = cluster.loaded, cluster.plan
-    base = tmp_path_factory.mktemp("staged")
-    state, inv_dir, logs = base / "stage", base / "inventory", base / "logs"
-    cluster_state, secrets = base / "cluster-state", base / "operator" / "secrets.json"
-    logs.mkdir()
-    stage_log = (logs / "stage.log").open("w")
-
-    def log(m: str) -> None:
-        stage_log.write(m + "\n")
-        stage_log.flush()
-
-    handle = None
-    try:
-        _fresh_image_in_ci(log)
-        staged, _stage_inventory = stage_up(str(SPEC), state=str(state), inventory=str(base / "stage-inventory"),
-                                            log=log, cluster=cluster)
-        res = cli("inventory", str(SPEC), "-o", str(inv_dir), "--ssh-config", str(staged.ssh_config),
-                  "--state-dir", str(cluster_state))
-        assert res.returncode == 0, f"gpucluster inventory --ssh-config failed: {res.stderr}"
-        res = cli("secrets", "--generate", "-o", str(secrets))
-        assert res.returncode == 0, f"gpucluster secrets --generate failed: {res.stderr}"
-        handle = StagedHandle(spec=loaded.spec, plan=plan, loaded=loaded, spec_path=SPEC,
-                              inventory=inv_dir / "hosts.yml", state_dir=cluster_state, staged=staged, logs=logs,
-                              secrets_file=secrets)
-        handle.apt_before = {h: _apt_index(handle, h) for h in ("ctl01", "gpu01")}
-        handle.first_configure = handle.configure()
-        yield handle
-    finally:
-        stage_log.close()
-        try:
-            down(StageConfig(cluster=loaded.spec.name, state_dir=state), log=lambda _m: None)
-        finally:
-            for d in (inv_dir, state, cluster_state, base / "stage-inventory", secrets.parent):
-                shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def staged_trixie(tmp_path_factory: pytest.TempPathFactory):
-    """The configured staged cluster of examples/staging-trixie.yaml (StagedHandle): Slurm 24.11 on Debian 13
-    nodes, on the production cgroup profile. Set up like staged_cluster (inventory --ssh-config, secrets
-    --generate, configure --secrets), with its own tmp folders, names, network and ports; module scope, so
-    its seven containers are gone before the next file's tests run (no disruptive test may use it: those
-    are reordered to the session's end)."""
+def _staged(tmp_path_factory: pytest.TempPathFactory, spec_path: Path, folder: str, *, apt_index: bool = False):
+    """Bring up and configure the staged cluster of spec_path the way an operator sets up a fleet gpucluster
+    did not stage: the containers come up, the inventory comes from `gpucluster inventory --ssh-config <the
+    stage's ssh_config>`, the secrets from `gpucluster secrets --generate`, and configure runs with
+    --secrets. Yields its StagedHandle; tears it down after."""
     reason = _missing_tools()
     if reason:
         skip_or_fail(reason)
@@ -249,9 +196,9 @@ def staged_trixie(tmp_path_factory: pytest.TempPathFactory):
     from gpucluster.stage.lifecycle import node_suite, stage_up
     from gpucluster.stage.podman import StageConfig, down
 
-    cluster = load_cluster(TRIXIE_SPEC)
+    cluster = load_cluster(spec_path)
     loaded, plan = cluster.loaded, cluster.plan
-    base = tmp_path_factory.mktemp("staged-trixie")
+    base = tmp_path_factory.mktemp(folder)
     state, inv_dir, logs = base / "stage", base / "inventory", base / "logs"
     cluster_state, secrets = base / "cluster-state", base / "operator" / "secrets.json"
     logs.mkdir()
@@ -262,17 +209,19 @@ def staged_trixie(tmp_path_factory: pytest.TempPathFactory):
         stage_log.flush()
 
     try:
-        _fresh_image_in_ci(log, node_suite(cluster, str(TRIXIE_SPEC)))
-        staged, _stage_inventory = stage_up(str(TRIXIE_SPEC), state=str(state),
-                                            inventory=str(base / "stage-inventory"), log=log, cluster=cluster)
-        res = cli("inventory", str(TRIXIE_SPEC), "-o", str(inv_dir), "--ssh-config", str(staged.ssh_config),
+        _fresh_image_in_ci(log, node_suite(cluster, str(spec_path)))
+        staged, _stage_inventory = stage_up(str(spec_path), state=str(state), inventory=str(base / "stage-inventory"),
+                                            log=log, cluster=cluster)
+        res = cli("inventory", str(spec_path), "-o", str(inv_dir), "--ssh-config", str(staged.ssh_config),
                   "--state-dir", str(cluster_state))
         assert res.returncode == 0, f"gpucluster inventory --ssh-config failed: {res.stderr}"
         res = cli("secrets", "--generate", "-o", str(secrets))
         assert res.returncode == 0, f"gpucluster secrets --generate failed: {res.stderr}"
-        handle = StagedHandle(spec=loaded.spec, plan=plan, loaded=loaded, spec_path=TRIXIE_SPEC,
+        handle = StagedHandle(spec=loaded.spec, plan=plan, loaded=loaded, spec_path=spec_path,
                               inventory=inv_dir / "hosts.yml", state_dir=cluster_state, staged=staged, logs=logs,
                               secrets_file=secrets)
+        if apt_index:  # what the fresh image brought, before configure fetches the package index
+            handle.apt_before = {h: _apt_index(handle, h) for h in ("ctl01", "gpu01")}
         handle.first_configure = handle.configure()
         yield handle
     finally:
@@ -282,4 +231,20 @@ def staged_trixie(tmp_path_factory: pytest.TempPathFactory):
         finally:
             for d in (inv_dir, state, cluster_state, base / "stage-inventory", secrets.parent):
                 shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def staged_cluster(tmp_path_factory: pytest.TempPathFactory):
+    """The configured staged cluster of examples/staging.yaml (StagedHandle, set up by _staged); torn down at
+    session end."""
+    yield from _staged(tmp_path_factory, SPEC, "staged", apt_index=True)
+
+
+@pytest.fixture(scope="module")
+def staged_trixie(tmp_path_factory: pytest.TempPathFactory):
+    """The configured staged cluster of examples/staging-trixie.yaml (StagedHandle, set up by _staged): Slurm
+    24.11 on Debian 13 nodes, on the production cgroup profile, with its own tmp folders, names, network and
+    ports; module scope, so its seven containers are gone before the next file's tests run (no disruptive
+    test may use it: those are reordered to the session's end)."""
+    yield from _staged(tmp_path_factory, TRIXIE_SPEC, "staged-trixie")
 

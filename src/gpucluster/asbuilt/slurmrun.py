@@ -35,14 +35,7 @@ USABLE = ("idle", "alloc", "mix", "allocated", "mixed", "comp", "completing")
 # ---- the connection the inventory gives ----------------------------------------------------------
 
 def ssh_argv(host: Host, command: str) -> list[str]:
-    """ssh as Ansible reaches the host (its address, port, user, key and common args; host keys checked)."""
-    c = host.ssh()
-    argv = ["ssh", *shlex.split(c["extra_args"] or ""), "-o", "BatchMode=yes", "-o", "ServerAliveInterval=15"]
-    if c.get("identity"):
-        argv += ["-i", str(c["identity"])]
-    if c.get("port"):
-        argv += ["-p", str(c["port"])]
-    return [*argv, f"{c['user']}@{c['host']}", command]
+    return host.ssh_argv(command, "ServerAliveInterval=15")
 
 
 def ssh(host: Host, command: str, *, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -14,13 +14,7 @@ from gpucluster.render.health.config import STATE_DIR
 
 
 def ssh_argv(host, command: str) -> list[str]:
-    c = host.ssh()
-    argv = ["ssh", *shlex.split(c.get("extra_args") or ""), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]
-    if c.get("identity"):
-        argv += ["-i", str(c["identity"])]
-    if c.get("port"):
-        argv += ["-p", str(c["port"])]
-    return [*argv, f"{c['user']}@{c['host']}", command]
+    return host.ssh_argv(command, "ConnectTimeout=10")
 
 
 def run(host, argv: list[str], timeout: float = 60) -> tuple[int, str, str]:

@@ -51,6 +51,19 @@ class Host:
             "extra_args": " ".join(a for a in (extra, extra_extra) if a),
         }
 
+    def ssh_argv(self, command: str, *options: str) -> list[str]:
+        """ssh as Ansible reaches the host (its address, port, user, key and common args; host keys checked),
+        never prompting; `options` are more -o settings (e.g. "ServerAliveInterval=15")."""
+        c = self.ssh()
+        argv = ["ssh", *shlex.split(c["extra_args"]), "-o", "BatchMode=yes"]
+        for option in options:
+            argv += ["-o", option]
+        if c["identity"]:
+            argv += ["-i", str(c["identity"])]
+        if c["port"]:
+            argv += ["-p", str(c["port"])]
+        return [*argv, f"{c['user']}@{c['host']}", command]
+
 
 @dataclass
 class Inventory:

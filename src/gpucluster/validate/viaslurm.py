@@ -42,13 +42,7 @@ class SlurmOutcome:
 
 
 def ssh_argv(host: Host, command: str) -> list[str]:
-    c = host.ssh()
-    argv = ["ssh", *shlex.split(c["extra_args"] or ""), "-o", "BatchMode=yes", "-o", "ServerAliveInterval=15"]
-    if c.get("identity"):
-        argv += ["-i", str(c["identity"])]
-    if c.get("port"):
-        argv += ["-p", str(c["port"])]
-    return [*argv, f"{c['user']}@{c['host']}", command]
+    return host.ssh_argv(command, "ServerAliveInterval=15")
 
 
 def ssh(host: Host, command: str, *, input: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
