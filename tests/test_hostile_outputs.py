@@ -209,38 +209,86 @@ def wait_or_kill(pid: int, what: str, seconds: float = 30) -> int:
     pytest.fail(f"{what}: the child was still running {seconds} s after its signal (the signal was lost)")
 
 
-# The child of test_random_kills_in_process: a fresh interpreter (a fork of pytest would inherit locks held
-# by other tests' threads, and hang in one of them: a "lost" signal that is the test's own fault).
-_RENDER_LOOP = """
+# The children of test_random_kills_in_process come from a fork server: a fresh interpreter that imports
+# gpucluster once, then forks one child per request. A fork of pytest itself could inherit a lock held by
+# another test's thread and hang in it (a "lost" signal that is the test's own fault); a fresh interpreter
+# per child costs ~0.3 s of imports each. Protocol on the server's stdout, per child: "P<pid>\n", the child's
+# "g" (started) and one "r" per finished render, then "X<exit code>\n" once the server has reaped it.
+_FORK_SERVER = """
 import os, signal, sys
 from gpucluster.cli import main
 specs, out = sys.argv[1:3], sys.argv[3]
-devnull = os.open(os.devnull, os.O_WRONLY)
 report = os.dup(1)
+devnull = os.open(os.devnull, os.O_WRONLY)
 os.dup2(devnull, 1)
 os.dup2(devnull, 2)
-signal.signal(signal.SIGTERM, signal.SIG_DFL)
-signal.signal(signal.SIGINT, signal.default_int_handler)
-code = 97
-try:
-    os.write(report, b"g")
-    n = 0
-    while True:
+while os.read(0, 1):
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(go_w)
+        os.read(go_r, 1)  # the server has announced this pid
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        code = 97
         try:
-            code = main(["render", specs[n % 2], "-o", out])
-        except KeyboardInterrupt:  # landed outside main's own handler (argument parsing)
+            os.write(report, b"g")
+            n = 0
+            while True:
+                try:
+                    code = main(["render", specs[n % 2], "-o", out])
+                except KeyboardInterrupt:  # landed outside main's own handler (argument parsing)
+                    code = 130
+                if code != 0:
+                    break
+                n += 1
+                os.write(report, b"r")  # one render done
+        except KeyboardInterrupt:  # landed in this loop's own bookkeeping, between two renders
             code = 130
-        if code != 0:
-            break
-        n += 1
-        os.write(report, b"r")  # one render done
-except KeyboardInterrupt:  # landed in this loop's own bookkeeping, between two renders
-    code = 130
-except BaseException:
-    code = 96
-finally:
-    os._exit(code)
+        except BaseException:
+            code = 96
+        finally:
+            os._exit(code)
+    os.close(go_r)
+    os.write(report, b"P%d\\n" % pid)
+    os.write(go_w, b"1")
+    os.close(go_w)
+    _, status = os.waitpid(pid, 0)
+    os.write(report, b"X%d\\n" % os.waitstatus_to_exitcode(status))
 """
+
+
+class _Reader:
+    """Bytes from the fork server's stdout, with a deadline."""
+
+    def __init__(self, fd: int):
+        self.fd, self.buf = fd, bytearray()
+
+    def _fill(self, deadline: float) -> bool:
+        import select
+
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+            return False
+        data = os.read(self.fd, 4096)
+        assert data, "the fork server exited"
+        self.buf += data
+        return True
+
+    def take(self, deadline: float) -> bytes | None:
+        while not self.buf:
+            if not self._fill(deadline):
+                return None
+        out = bytes(self.buf[:1])
+        del self.buf[:1]
+        return out
+
+    def line(self, deadline: float) -> str:
+        while b"\n" not in self.buf:
+            assert self._fill(deadline), "no line from the fork server in time"
+        text, _, rest = bytes(self.buf).partition(b"\n")
+        self.buf = bytearray(rest)
+        return text.decode()
 
 
 def test_random_kills_in_process(tmp_path, specs, sets):
@@ -254,24 +302,38 @@ def test_random_kills_in_process(tmp_path, specs, sets):
     rng = random.Random(10)
     seen = {"old": 0, "new": 0}
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    for i in range(200):
-        sig = signal.SIGINT if i % 2 else signal.SIGTERM
-        child = subprocess.Popen([sys.executable, "-c", _RENDER_LOOP, str(specs["new"]), str(specs["old"]),
-                                  str(out)], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env)
-        # Wait for 0, 1 or 2 finished renders, then up to one more render's time: the kill lands in the
-        # first render (the old set stays) or a later one (the new set is in place), however loaded the
-        # machine is, not after a delay measured once on a quiet machine.
-        done = rng.choice((0, 1, 2))
-        assert child.stdout.read(1) == b"g", "the child did not start"
-        for _ in range(done):
-            child.stdout.read(1)
-        time.sleep(rng.uniform(0, one))
-        child.send_signal(sig)
-        code = wait_or_kill(child.pid, f"kill {i} ({signal.Signals(sig).name})")
-        child.returncode = code  # reaped by wait_or_kill
-        child.stdout.close()  # after the child is gone: its last 'render done' never meets a closed pipe
-        assert code in (130, -signal.SIGTERM, 1), f"kill {i}: exit {code}"
-        seen[check_state(out, sets)] += 1
+    server = subprocess.Popen([sys.executable, "-c", _FORK_SERVER, str(specs["new"]), str(specs["old"]), str(out)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=env)
+    reader = _Reader(server.stdout.fileno())
+    try:
+        for i in range(200):
+            sig = signal.SIGINT if i % 2 else signal.SIGTERM
+            what = f"kill {i} ({signal.Signals(sig).name})"
+            server.stdin.write(b"1")
+            soon = time.monotonic() + 60
+            head = reader.line(soon)
+            assert head.startswith("P"), head
+            pid = int(head[1:])
+            assert reader.take(soon) == b"g", f"{what}: the child did not start"
+            # Wait for 0, 1 or 2 finished renders, then up to one more render's time: the kill lands in the
+            # first render (the old set stays) or a later one (the new set is in place), however loaded the
+            # machine is, not after a delay measured once on a quiet machine.
+            for _ in range(rng.choice((0, 1, 2))):
+                assert reader.take(soon) == b"r", f"{what}: no render finished within 60 s"
+            time.sleep(rng.uniform(0, one))
+            os.kill(pid, sig)
+            deadline, lost = time.monotonic() + 30, False
+            while (got := reader.take(deadline)) != b"X":
+                if got is None:  # still running 30 s after its signal: fail, not hang
+                    os.kill(pid, signal.SIGKILL)
+                    deadline, lost = time.monotonic() + 30, True
+            code = int(reader.line(deadline))
+            assert not lost, f"{what}: the child was still running 30 s after its signal (the signal was lost)"
+            assert code in (130, -signal.SIGTERM, 1), f"{what}: exit {code}"
+            seen[check_state(out, sets)] += 1
+    finally:
+        server.stdin.close()
+        server.wait(timeout=60)
     print(f"\n200 kills ({one * 1000:.0f} ms a render): the folder held the old set {seen['old']} times, "
           f"the new set {seen['new']} times, never a mix")
     assert seen["old"] and seen["new"], "every kill landed on the same side: the test did not exercise the swap"
