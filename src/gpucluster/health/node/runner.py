@@ -36,6 +36,7 @@ except ImportError:  # run as a script on a node: the files sit side by side
     import slurmctl
 
 DEFAULT_CONFIG = "/etc/gpucluster/health/config.json"
+DEFAULT_STATE_DIR = "/var/lib/gpucluster/health"  # the config names it (render/health/config.py: STATE_DIR)
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -183,14 +184,23 @@ def resumable(checks: list[dict], reason: str) -> set[str]:
     return names | ({by} if by and by not in decide.ACTIVE else set())
 
 
-def run(config_path: str, node: str | None = None, act: bool = True) -> dict:
-    config_path = os.path.abspath(config_path)  # the checks run from /, not from the caller's folder
+def state_dir_of(config: dict) -> str:
+    return config.get("state_dir", DEFAULT_STATE_DIR)
+
+
+def _open(config_path: str, node: str | None) -> tuple[dict, dict[str, str], str, str]:
+    """What a run or a report starts from: the config, the checks' environment, the state folder (made if
+    missing) and the Slurm node name."""
     with open(config_path) as fh:
         config = json.load(fh)
-    env = environment(config)
-    state_dir = config.get("state_dir", "/var/lib/gpucluster/health")
+    state_dir = state_dir_of(config)
     os.makedirs(state_dir, mode=0o755, exist_ok=True)
-    node = node_name(node)
+    return config, environment(config), state_dir, node_name(node)
+
+
+def run(config_path: str, node: str | None = None, act: bool = True) -> dict:
+    config_path = os.path.abspath(config_path)  # the checks run from /, not from the caller's folder
+    config, env, state_dir, node = _open(config_path, node)
     env["SLURMD_NODENAME"] = node  # site checks may want to know which node they check
     checks = list(config.get("checks", []))
     checks += site_checks(config.get("site_dir", "/etc/gpucluster/health.d"), float(config.get("check_timeout", 20)),
@@ -242,7 +252,7 @@ def stale(config_path: str, now: float | None = None) -> bool:
     interval), and runs them when slurmd has not."""
     with open(config_path) as fh:
         config = json.load(fh)
-    state = load_state(os.path.join(config.get("state_dir", "/var/lib/gpucluster/health"), "state.json"))
+    state = load_state(os.path.join(state_dir_of(config), "state.json"))
     last = float(state.get("started", 0) or 0)
     return (time.time() if now is None else now) - last >= stale_after(config)
 
@@ -250,12 +260,7 @@ def stale(config_path: str, now: float | None = None) -> bool:
 def report(config_path: str, check: str, ok: bool, message: str, node: str | None = None) -> dict:
     """An active check's verdict (from its Slurm job): recorded beside the passive ones; a failure
     drains the node like theirs. A pass changes nothing in Slurm: the node was running the job."""
-    with open(config_path) as fh:
-        config = json.load(fh)
-    env = environment(config)
-    state_dir = config.get("state_dir", "/var/lib/gpucluster/health")
-    os.makedirs(state_dir, mode=0o755, exist_ok=True)
-    node = node_name(node)
+    config, env, state_dir, node = _open(config_path, node)
     path = os.path.join(state_dir, "state.json")
     state = load_state(path)
     now = time.time()
@@ -299,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         with open(args.config) as fh:
-            state_dir = json.load(fh).get("state_dir", "/var/lib/gpucluster/health")
+            state_dir = state_dir_of(json.load(fh))
     except (OSError, ValueError) as exc:
         # Unchecked is not healthy: say so in Slurm. A good config later resumes the node (gpc: reason).
         why = getattr(exc, "strerror", None) or exc
