@@ -34,14 +34,10 @@ USABLE = ("idle", "alloc", "mix", "allocated", "mixed", "comp", "completing")
 
 # ---- the connection the inventory gives ----------------------------------------------------------
 
-def ssh_argv(host: Host, command: str) -> list[str]:
-    return host.ssh_argv(command, "ServerAliveInterval=15")
-
-
 def ssh(host: Host, command: str, *, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(ssh_argv(host, command), input=input, capture_output=True, text=True, timeout=timeout,
-                              check=False)
+        return subprocess.run(host.ssh_argv(command, "ServerAliveInterval=15"), input=input, capture_output=True,
+                              text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired as exc:
         return subprocess.CompletedProcess(exc.cmd, 124, "", f"timed out after {timeout:.0f} s")
 

@@ -13,14 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 from gpucluster.render.health.config import STATE_DIR
 
 
-def ssh_argv(host, command: str) -> list[str]:
-    return host.ssh_argv(command, "ConnectTimeout=10")
-
-
 def run(host, argv: list[str], timeout: float = 60) -> tuple[int, str, str]:
     command = " ".join(shlex.quote(a) for a in argv)
     try:
-        res = subprocess.run(ssh_argv(host, command), capture_output=True, text=True, timeout=timeout, check=False)
+        res = subprocess.run(host.ssh_argv(command, "ConnectTimeout=10"), capture_output=True, text=True,
+                             timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return 124, "", f"no answer within {timeout:g}s"
     return res.returncode, res.stdout, res.stderr

@@ -41,13 +41,10 @@ class SlurmOutcome:
     job_hosts: int = 0
 
 
-def ssh_argv(host: Host, command: str) -> list[str]:
-    return host.ssh_argv(command, "ServerAliveInterval=15")
-
-
 def ssh(host: Host, command: str, *, input: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(ssh_argv(host, command), input=input, capture_output=True, timeout=timeout, check=False)
+        return subprocess.run(host.ssh_argv(command, "ServerAliveInterval=15"), input=input, capture_output=True,
+                              timeout=timeout, check=False)
     except subprocess.TimeoutExpired as exc:
         return subprocess.CompletedProcess(exc.cmd, 124, b"", f"timed out after {timeout:.0f} s".encode())
 
