@@ -166,3 +166,16 @@ def test_status_lines_off_a_terminal_are_logged_when_they_change_at_most_every_n
         show("a")
         show("b")  # too soon after "a": a log gets one line per `every`
     assert out == ["a"]
+
+
+def test_the_first_status_line_is_printed_however_young_the_clock(monkeypatch):
+    """time.monotonic() counts from boot on Linux: on a host up less than `every` seconds the first
+    line must still be printed (it was swallowed while printed_at started at 0.0)."""
+    from gpucluster import progress
+
+    monkeypatch.setattr(progress.time, "monotonic", lambda: 5.0)
+    out: list[str] = []
+    with progress.status_line(live=False, every=3600.0, write=out.append) as show:
+        show("first")
+        show("second")
+    assert out == ["first"]

@@ -84,7 +84,7 @@ class _Status:
         self.stream, self.live, self.every = stream, live, every
         self.write = write
         self.text = ""
-        self.printed_at = 0.0
+        self.printed_at: float | None = None  # nothing printed yet: the first line goes out at once
         self.printed = ""
         self.display = None
 
@@ -104,7 +104,8 @@ class _Status:
             self.display.update(self._text(text, overflow="ellipsis", no_wrap=True), refresh=True)
             return
         now = time.monotonic()
-        if text and text != self.printed and now - self.printed_at >= self.every:
+        due = self.printed_at is None or now - self.printed_at >= self.every
+        if text and text != self.printed and due:
             if self.write is not None:
                 self.write(text)
             else:
