@@ -1,14 +1,89 @@
 #!/usr/bin/env bash
-# The test command: sets up what it needs (scripts/setup.sh), then lint and the whole suite,
-# staged-node tests included. Extra arguments go to pytest (e.g. -k plan, -m 'not staged').
-set -euo pipefail
+# The test command: sets up what it needs (scripts/setup.sh), then lint and the whole suite, staged-node
+# tests included. Extra arguments go to both pytest phases (e.g. -k plan); with `-m EXPR` they make one serial run.
+#
+# Phases, each timed (the table is printed at the end, also after a failure):
+#   setup      scripts/setup.sh (Debian packages, .venv, the trixie and sid Slurm roots)
+#   ruff, ansible-lint
+#   unit       every test not marked `staged`, under pytest-xdist (GPUCLUSTER_TEST_WORKERS, default 2)
+#   staged     the staged-node tests in one process: the staged clusters are session fixtures that every
+#              staged module shares (tests/staged/conftest.py), so they are brought up once per run
+# Every phase runs even when an earlier one failed, so one run reports everything; the exit status is the
+# first failure's. The last line sums both pytest phases ("N passed, N failed, N skipped").
+set -uo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-echo "== ruff"
-.venv/bin/ruff check .
-if [ -d roles ] && ls roles/*/tasks/main.yml >/dev/null 2>&1; then
-  echo "== ansible-lint (production profile)"
-  .venv/bin/ansible-lint --profile production --offline -q roles/ playbooks/
+
+phases=()
+status=0
+started=$SECONDS
+results=$(mktemp -d)
+trap 'rm -rf "$results"' EXIT
+
+run_phase() {  # run_phase NAME COMMAND...: time it, remember its outcome, keep the first failure's status
+  local name=$1 t0=$SECONDS rc=0
+  shift
+  echo "== $name"
+  "$@" || rc=$?
+  local took=$((SECONDS - t0)) verdict=ok
+  if [ "$rc" -ne 0 ]; then
+    verdict="FAILED (exit $rc)"
+    [ "$status" -ne 0 ] || status=$rc
+  fi
+  phases+=("$(printf '%-14s %5d s  %s' "$name" "$took" "$verdict")")
+  return 0
+}
+
+pytest_phase() {  # pytest_phase NAME MARKER [ARGS...]: a pytest run; "no test collected" (exit 5) is not a failure
+  local name=$1 marker=$2 rc=0
+  shift 2
+  local select=()
+  [ -z "$marker" ] || select=(-m "$marker")
+  .venv/bin/pytest -ra "${select[@]}" --junitxml="$results/$name.xml" "$@" || rc=$?
+  if [ "$rc" -eq 5 ]; then
+    echo "$name: no test selected"
+    return 0
+  fi
+  return "$rc"
+}
+
+workers=${GPUCLUSTER_TEST_WORKERS:-2}
+
+run_phase setup bash scripts/setup.sh
+if [ "$status" -ne 0 ]; then
+  printf '%s\n' "${phases[@]}"
+  exit "$status"
 fi
-echo "== pytest"
-.venv/bin/pytest -ra "$@"
+run_phase ruff .venv/bin/ruff check .
+if [ -d roles ] && ls roles/*/tasks/main.yml >/dev/null 2>&1; then
+  run_phase ansible-lint .venv/bin/ansible-lint --profile production --offline -q roles/ playbooks/
+fi
+own_marker=false
+for arg in "$@"; do
+  case $arg in -m|-m*) own_marker=true ;; esac
+done
+if $own_marker; then  # the caller chose the tests: one serial run of exactly those
+  run_phase tests pytest_phase tests "" "$@"
+else
+  run_phase unit pytest_phase unit "not staged" -n "$workers" "$@"
+  run_phase staged pytest_phase staged "staged" "$@"
+fi
+
+echo
+echo "== phase times"
+printf '%s\n' "${phases[@]}"
+printf '%-14s %5d s\n' total "$((SECONDS - started))"
+.venv/bin/python - "$results" <<'EOF'
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+passed = failed = skipped = 0
+for f in sorted(Path(sys.argv[1]).glob("*.xml")):
+    for suite in ET.parse(f).getroot().iter("testsuite"):
+        tests, fails, errors, skips = (int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
+        passed += tests - fails - errors - skips
+        failed += fails + errors
+        skipped += skips
+print(f"total: {passed} passed, {failed} failed, {skipped} skipped")
+EOF
+exit "$status"
