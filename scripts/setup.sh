@@ -2,7 +2,7 @@
 # Everything gpucluster needs on a fresh Debian 12 machine, idempotently and without questions:
 #   - Debian packages: Slurm + munge (the real consumer of rendered configs, emulated clusters),
 #     podman/runc/debootstrap (staged nodes, via scripts/stage-deps.sh), graphviz (fabric diagrams),
-#     chromium (the HTML plan's browser test)
+#     chromium (the HTML plan's browser test), iperf3 + iproute2 (fabric test's ring script, in namespaces)
 #   - the project's virtual environment in .venv with every Python dependency
 # Run as root (or with password-less sudo). Safe to run again: it only installs what is missing.
 set -euo pipefail
@@ -17,6 +17,7 @@ packages=(
   graphviz                        # dot: lays out the fabric diagram (plan --svg, plan --html)
   chromium                        # headless browser: tests/test_report_browser.py loads plan.html
   fonts-dejavu-core               # the diagram's and the page's font, so text widths match everywhere
+  iperf3 iproute2                 # fabric test's stand-in transport, run between two network namespaces in a test
 )
 
 as_root() {
