@@ -27,6 +27,7 @@ from gpucluster.stage.podman import (
     state_hash,
     status,
     up,
+    volume_name,
 )
 
 pytestmark = pytest.mark.staged
@@ -242,6 +243,25 @@ def test_down_leaves_nothing(tmp_path: Path) -> None:
     assert not cfg.state_dir.exists()
     down(cfg)  # a second down() on nothing is fine
     assert not cfg.state_dir.exists()
+
+
+def test_down_leaves_the_volumes_of_another_cluster_of_the_same_name(tmp_path: Path) -> None:
+    """Two staged clusters of one spec (a demo left up while the tests run) share the cluster label; down() of
+    one removes only its own volumes (podman 4.3 ORs `volume ls` label filters: it once listed the other's)."""
+    _require_podman()
+    name = _cluster_name()
+    mine, theirs = (StageConfig(cluster=name, state_dir=tmp_path / d) for d in ("mine", "theirs"))
+    vols = {}
+    for cfg in (mine, theirs):
+        vols[cfg] = volume_name(cfg, "nfs01", "/export/home")
+        _sh("podman", "volume", "create", "--label", f"gpucluster.cluster={name}",
+            "--label", f"gpucluster.state={state_hash(cfg)}", vols[cfg])
+    try:
+        down(mine, log=lambda _m: None)
+        assert _sh("podman", "volume", "exists", vols[mine]).returncode != 0
+        assert _sh("podman", "volume", "exists", vols[theirs]).returncode == 0, "down() took theirs"
+    finally:
+        _sh("podman", "volume", "rm", "-f", *vols.values())
 
 
 def test_down_keeps_a_directory_it_did_not_create(tmp_path: Path) -> None:

@@ -604,6 +604,16 @@ def _remove_containers(cfg: StageConfig, log: Log) -> None:
         log(f"stage: removed {total} container(s) of cluster {cfg.cluster}")
 
 
+def _volumes(cfg: StageConfig) -> list[str]:
+    """The cluster's volumes: both labels match. podman 4.3's `volume ls` ORs its label filters (networks and
+    containers AND them), so one filter is asked for and the other is checked here: down() of one cluster
+    must never reach the volumes of another cluster of the same name (a demo left up while the tests run)."""
+    out = _podman("volume", "ls", "--format", "json", "--filter", f"label={LABEL_STATE}={state_hash(cfg)}")
+    want = {LABEL_STATE: state_hash(cfg), LABEL_CLUSTER: cfg.cluster}
+    return [v["Name"] for v in json.loads(out or "[]")
+            if all((v.get("Labels") or {}).get(k) == val for k, val in want.items())]
+
+
 def down(cfg: StageConfig, log: Log = print) -> None:
     """Remove the cluster's containers, network and state directory; safe to call when nothing is up.
 
@@ -624,9 +634,7 @@ def down(cfg: StageConfig, log: Log = print) -> None:
             # No -f: that would also remove containers that are not ours if any joined the network.
             _podman("network", "rm", net)
             log(f"stage: removed podman network {net}")
-        volumes = _podman("volume", "ls", "--format", "{{.Name}}",
-                          "--filter", f"label={LABEL_STATE}={state_hash(cfg)}",
-                          "--filter", f"label={LABEL_CLUSTER}={cfg.cluster}").split()
+        volumes = _volumes(cfg)
         if volumes:
             _podman("volume", "rm", *volumes)  # no -f: a volume some other container still uses stays
             log(f"stage: removed {len(volumes)} volume(s) of cluster {cfg.cluster}")
