@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Any
 
+from gpucluster import slurmkeys
 from gpucluster.errors import Finding, did_you_mean, shown
 from gpucluster.fields import HOST_LABEL, MAX_ALL_NODES, SLURM_MAX_CPUS, SLURM_MAX_NODES
 from gpucluster.spec import stacks
@@ -232,42 +233,9 @@ def _slurm(spec: ClusterSpec) -> Iterator[Finding]:
 
 
 # slurm.conf keys gpucluster writes from the spec or relies on (roles install to these paths and ports;
-# the validator checks them): slurm.parameters may not set them. Value: the spec field that does.
-OWNED_KEYS = {
-    "ClusterName": "name",
-    "SlurmctldHost": "node_groups (role: controller)",
-    "ControlMachine": "node_groups (role: controller)",
-    "NodeName": "node_groups",
-    "PartitionName": "slurm.partitions",
-    "TopologyPlugin": "slurm.topology",
-    "TopologyParam": "slurm.topology",
-    "GresTypes": "node_groups[].gpu",
-    "AccountingStorageType": "slurm.accounting",
-    "AccountingStorageHost": "slurm.accounting (slurmdbd runs on the first controller)",
-    "AccountingStoragePort": "slurm.accounting",
-    "AccountingStorageTRES": "slurm.accounting",
-    "ProctrackType": "slurm.profile",
-    "TaskPlugin": "slurm.profile",
-    "JobAcctGatherType": "slurm.profile",
-    "PrologFlags": "slurm.profile",
-    "Prolog": "slurm.prolog",
-    "Epilog": "slurm.epilog",
-    "HealthCheckProgram": "health (gpucluster's checks; health.enabled)",
-    "HealthCheckInterval": "health.interval",
-    "HealthCheckNodeState": "health.node_state",
-    "AuthType": "gpucluster's munge setup (role munge)",
-    "SlurmUser": "gpucluster's Slurm packages (role slurm_common)",
-    "SlurmdUser": "gpucluster's Slurm packages (role slurm_common)",
-    "SlurmctldPort": "gpucluster's Slurm roles and validator",
-    "SlurmdPort": "gpucluster's Slurm roles and validator",
-    "StateSaveLocation": "gpucluster's Slurm roles (role slurm_controller)",
-    "SlurmdSpoolDir": "gpucluster's Slurm roles (role slurm_compute)",
-    "SlurmctldPidFile": "gpucluster's Slurm roles",
-    "SlurmdPidFile": "gpucluster's Slurm roles",
-    "SlurmctldLogFile": "gpucluster's Slurm roles and validator",
-    "SlurmdLogFile": "gpucluster's Slurm roles and validator",
-    "Include": "gpucluster's rendered files (render the spec instead)",
-}
+# the validator checks them), with their aliases: slurm.parameters may not set them. Value: the spec field
+# that does. The one table of slurm.conf keys is gpucluster.slurmkeys.
+OWNED_KEYS = slurmkeys.owned()
 _OWNED = {k.lower(): (k, field) for k, field in OWNED_KEYS.items()}
 
 

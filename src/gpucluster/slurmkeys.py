@@ -1,0 +1,243 @@
+"""slurm.conf's keys, once: who sets each, how Slurm reads its value, and what a change to it needs on
+each Slurm release gpucluster supports (a table, not logic; ParallelCluster's update_policy.py is the model).
+
+Everything else that names slurm.conf keys is derived from this table:
+- the keys slurm.parameters may not set (`owned()`: spec/checks.py refuses them, naming the field);
+- the keys whose change needs a daemon restart (`restart_keys()`: the slurm_common role's filter);
+- the keys the slurm.conf template writes (`template_keys()`: tests/test_slurmkeys.py holds the two equal);
+- the disruption class of a change (`change_class()`: `gpucluster diff`, docs/operations.md).
+
+Each class names where it was read (`source`): the man pages Debian ships for the three lines gpucluster
+runs (22.05.8, 24.11.5, 26.05.5), quoted below. 23.02 follows 22.05's pages, 23.11 to 25.11 follow 24.11's
+(scontrol(1): the new reconfigure started in 23.11).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The releases of spec/slurm_versions.py (floor 1 cannot be imported from floor 0; tests/test_slurmkeys.py
+# holds the two equal).
+RELEASES: tuple[str, ...] = ("22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11", "26.05")
+
+# ---- change classes, least disruptive first ---------------------------------------------------------------
+RECONFIGURE = "reconfigure"  # scontrol reconfigure: running jobs keep running
+RESTART_SLURMCTLD = "restart-slurmctld"  # systemctl restart slurmctld (the controller only)
+RESTART_SLURMD = "restart-slurmd"  # systemctl restart slurmd (every compute node)
+RESTART = "restart"  # both: slurmctld, then every slurmd
+CLASSES = (RECONFIGURE, RESTART_SLURMCTLD, RESTART_SLURMD, RESTART)
+
+# ---- the sentences each class comes from --------------------------------------------------------------------
+# slurm.conf(5) of 22.05.8, at the top: "Changes to the configuration file take effect upon restart of Slurm
+# daemons, daemon receipt of the SIGHUP signal, or execution of the command "scontrol reconfigure" unless
+# otherwise noted." So a key with no note is RECONFIGURE.
+UNLESS_NOTED = "slurm.conf(5) 22.05.8: changes take effect on 'scontrol reconfigure' unless otherwise noted"
+# The notes, per key, in slurm.conf(5) of 22.05.8:
+CTLD_22 = 'slurm.conf(5) 22.05.8: "A restart of slurmctld is required for changes to this parameter to take effect."'
+BOTH_22 = ('slurm.conf(5) 22.05.8: "A restart of slurmctld and the slurmd daemons is required for changes to this '
+           'parameter to take effect."')
+SLURMD_22 = 'slurm.conf(5) 22.05.8: "A restart of the slurmd daemons is required for changes to this parameter"'
+AUTH = ('slurm.conf(5) 22.05.8, 24.11.5, 26.05.5, AuthType: "All Slurm daemons and commands must be terminated prior '
+        'to changing the value of AuthType and later restarted."')
+# Keys with no note in 22.05.8 that name a file, port, user or plugin the daemon takes once, at start (its pid
+# file, its spool folder, the user it drops to): gpucluster restarts for them on 22.05 and 23.02, as it did
+# before this table. Conservative: a restart on a quiet cluster costs seconds, a missed one leaves daemons on
+# different settings.
+AT_START = "read once at daemon start before 23.11 (no man page note; gpucluster's conservative choice)"
+# scontrol(1) of 24.11.5 and 26.05.5, reconfigure: "Starting in 23.11, this command operates by creating new
+# processes for the daemons, then passing control to the new processes when or if they start up successfully.
+# [...] This will not be able to change the daemons' listening TCP port settings or authentication mechanism."
+# And slurm.conf(5) of 24.11.5 and 26.05.5, at the top: "Changes to TCP listening settings will require a daemon
+# restart." So from 23.11 every key reconfigures, except the listening ports and the authentication.
+SINCE_2311 = "scontrol(1) 24.11.5/26.05.5: 'Starting in 23.11' reconfigure starts new daemon processes"
+PORTS_2311 = 'slurm.conf(5) 24.11.5/26.05.5: "Changes to TCP listening settings will require a daemon restart."'
+# Node definitions. slurm.conf(5) 22.05.8: "Changes in node configuration (e.g. adding nodes, changing their
+# processor count, etc.) require restarting both the slurmctld daemon and the slurmd daemons."; 24.11.5 and
+# 26.05.5: "... require restarting or reconfiguring all slurmctld and slurmd daemons." The change came with
+# 23.11's new reconfigure (scontrol(1) above); 23.02's man page still says restart.
+NODES_22 = 'slurm.conf(5) 22.05.8: node changes "require restarting both the slurmctld daemon and the slurmd daemons"'
+NODES_2311 = 'slurm.conf(5) 24.11.5/26.05.5: nodes "require restarting or reconfiguring all slurmctld and slurmd"'
+# SlurmctldHost: 22.05.8 "A restart of slurmctld is required"; 24.11.5 and 26.05.5: "Slurm daemons need to be
+# reconfigured (e.g. "scontrol reconfig") for changes to this parameter to take effect."
+
+# ---- value syntax -----------------------------------------------------------------------------------------------
+TOKEN = "token"  # one word, no whitespace (a plugin, a path, a name)
+LIST = "list"  # items joined by `sep`, each one token
+KV_LIST = "kv-list"  # comma-separated flags and key=value items (SchedulerParameters, SlurmctldParameters)
+NUMBER = "number"  # a whole number in [0, max]
+CHOICE = "choice"  # one of `choices` (case-insensitive)
+RECORD = "record"  # a line of several Key=Value (NodeName, PartitionName): never a slurm.parameters value
+SYNTAXES = (TOKEN, LIST, KV_LIST, NUMBER, CHOICE, RECORD)
+
+DEBUG_LEVELS = ("quiet", "fatal", "error", "info", "verbose", "debug", "debug2", "debug3", "debug4", "debug5")
+UINT16_MAX = 65534  # Slurm's uint16 settings keep 65535 (NO_VAL16) for "unset"
+UINT32_MAX = 4294967294
+
+
+@dataclass(frozen=True)
+class Key:
+    """One slurm.conf key gpucluster writes, owns or knows.
+
+    owner: the spec field that sets it (slurm.parameters refuses it naming that field), or None when the
+    user may set it through slurm.parameters. of: for an alias or companion, the key it stands beside
+    (SlurmctldAddr beside SlurmctldHost); it is refused naming that key's owner. written: where gpucluster
+    writes it ("template": slurm.conf.j2; "health": the health checks' lines; None: not written). changes:
+    (first release, class) steps, oldest first: a release takes the last step at or before it."""
+
+    name: str
+    owner: str | None = None
+    syntax: str = TOKEN
+    sep: str = ","
+    max: int = UINT32_MAX
+    choices: tuple[str, ...] = ()
+    of: str | None = None
+    written: str | None = "template"
+    changes: tuple[tuple[str, str], ...] = (("22.05", RECONFIGURE),)
+    source: str = UNLESS_NOTED
+
+
+def _steps(before: str, after: str = RECONFIGURE) -> tuple[tuple[str, str], ...]:
+    """A class on 22.05 and 23.02, and another from 23.11 (the new reconfigure)."""
+    return (("22.05", before), ("23.11", after))
+
+
+_CTLD = _steps(RESTART_SLURMCTLD)
+_BOTH = _steps(RESTART)
+_SLURMD = _steps(RESTART_SLURMD)
+_ALWAYS = (("22.05", RESTART),)
+_ROLES = "gpucluster's Slurm roles"
+_CONTROLLER = "node_groups (role: controller)"
+_PROFILE = "slurm.profile"
+_ACCOUNTING = "slurm.accounting"
+
+KEYS: tuple[Key, ...] = (
+    # -- identity and daemons
+    Key("ClusterName", "name", changes=_ALWAYS,
+        source="slurmctld refuses to start on state saved under another ClusterName: a new name is a new cluster"),
+    Key("SlurmctldHost", _CONTROLLER, changes=_CTLD, source=CTLD_22 + "; 24.11.5: reconfigure"),
+    Key("ControlMachine", _CONTROLLER, of="SlurmctldHost", written=None, changes=_CTLD, source=CTLD_22),
+    Key("ControlAddr", _CONTROLLER, of="SlurmctldHost", written=None, changes=_CTLD, source=CTLD_22),
+    Key("BackupController", _CONTROLLER, of="SlurmctldHost", written=None, changes=_CTLD, source=CTLD_22),
+    Key("BackupAddr", _CONTROLLER, of="SlurmctldHost", written=None, changes=_CTLD, source=CTLD_22),
+    Key("SlurmctldAddr", _CONTROLLER, of="SlurmctldHost", written=None, changes=_CTLD, source=CTLD_22),
+    Key("SlurmUser", "gpucluster's Slurm packages (role slurm_common)", changes=_steps(RESTART), source=AT_START),
+    Key("SlurmdUser", "gpucluster's Slurm packages (role slurm_common)", changes=_SLURMD, source=AT_START),
+    Key("SlurmctldPort", f"{_ROLES} and validator", changes=_ALWAYS, source=CTLD_22 + "; " + PORTS_2311),
+    Key("SlurmdPort", f"{_ROLES} and validator", changes=_ALWAYS, source=CTLD_22 + "; " + PORTS_2311),
+    Key("AuthType", "gpucluster's munge setup (role munge)", changes=_ALWAYS, source=AUTH),
+    Key("StateSaveLocation", f"{_ROLES} (role slurm_controller)", changes=_CTLD, source=CTLD_22),
+    Key("SlurmdSpoolDir", f"{_ROLES} (role slurm_compute)", changes=_SLURMD, source=AT_START),
+    Key("SlurmctldPidFile", _ROLES, changes=_CTLD, source=AT_START),
+    Key("SlurmdPidFile", _ROLES, changes=_SLURMD, source=AT_START),
+    Key("SlurmctldLogFile", f"{_ROLES} and validator"),
+    Key("SlurmdLogFile", f"{_ROLES} and validator"),
+    Key("SlurmctldDebug", syntax=CHOICE, choices=DEBUG_LEVELS),
+    Key("SlurmdDebug", syntax=CHOICE, choices=DEBUG_LEVELS),
+    Key("MpiDefault", changes=_SLURMD, source=AT_START),
+    Key("ReturnToService", syntax=NUMBER, max=2),
+    Key("PropagateResourceLimitsExcept", syntax=LIST),
+    Key("Prolog", "slurm.prolog"),
+    Key("Epilog", "slurm.epilog"),
+    # -- health checks (render/health/slurmconf.py writes these lines)
+    Key("HealthCheckProgram", "health (gpucluster's checks; health.enabled)", written="health"),
+    Key("HealthCheckInterval", "health.interval", syntax=NUMBER, written="health"),
+    Key("HealthCheckNodeState", "health.node_state", syntax=LIST, written="health"),
+    # Licenses: the health checks' license, and the user's joined to it (render/slurm.py merges the two)
+    Key("Licenses", syntax=LIST, written="health"),
+    # -- process tracking and containment
+    Key("ProctrackType", _PROFILE, changes=_CTLD, source=CTLD_22),
+    Key("TaskPlugin", _PROFILE, syntax=LIST, changes=_SLURMD, source=AT_START),
+    Key("JobAcctGatherType", _PROFILE, changes=_SLURMD, source=AT_START),
+    Key("PrologFlags", _PROFILE, syntax=LIST, changes=_BOTH, source=AT_START),
+    Key("SlurmdParameters", syntax=KV_LIST, changes=_SLURMD, source=AT_START),
+    # -- scheduling
+    Key("SchedulerType", changes=_CTLD, source=CTLD_22),
+    Key("SelectType", changes=_BOTH, source='slurm.conf(5) 22.05.8: "A restart of slurmctld and slurmd is required"'),
+    Key("SelectTypeParameters", syntax=LIST, changes=_CTLD, source=CTLD_22),
+    Key("GresTypes", "node_groups[].gpu", syntax=LIST, changes=_BOTH, source=BOTH_22),
+    Key("TopologyPlugin", "slurm.topology", changes=_CTLD, source=AT_START),
+    Key("TopologyParam", "slurm.topology", syntax=LIST, written=None),
+    # 22.05.8 notes a restart for one flag only (no_backup_scheduling), which gpucluster never writes
+    Key("SchedulerParameters", syntax=KV_LIST),
+    Key("MaxJobCount", syntax=NUMBER, changes=_CTLD, source=CTLD_22),
+    # -- scale
+    Key("TreeWidth", syntax=NUMBER, max=65533),
+    Key("SlurmctldTimeout", syntax=NUMBER, max=UINT16_MAX),
+    Key("SlurmdTimeout", syntax=NUMBER, max=UINT16_MAX),
+    Key("MessageTimeout", syntax=NUMBER, max=UINT16_MAX),
+    Key("TCPTimeout", syntax=NUMBER, max=UINT16_MAX),
+    Key("InactiveLimit", syntax=NUMBER, max=UINT16_MAX),
+    Key("MinJobAge", syntax=NUMBER),
+    Key("KillWait", syntax=NUMBER, max=UINT16_MAX),
+    Key("Waittime", syntax=NUMBER, max=UINT16_MAX),
+    # -- accounting
+    Key("AccountingStorageType", _ACCOUNTING, changes=_CTLD, source=AT_START),
+    Key("AccountingStorageHost", f"{_ACCOUNTING} (slurmdbd runs on the first controller)", changes=_CTLD,
+        source=AT_START),
+    Key("AccountingStoragePort", _ACCOUNTING, changes=_CTLD, source=AT_START),
+    Key("AccountingStorageTRES", _ACCOUNTING, syntax=LIST),
+    Key("JobCompType"),
+    Key("PriorityType", changes=_CTLD, source=AT_START),
+    # -- records
+    Key("NodeName", "node_groups", syntax=RECORD, changes=(("22.05", RESTART), ("23.11", RECONFIGURE)),
+        source=NODES_22 + "; " + NODES_2311),
+    Key("PartitionName", "slurm.partitions", syntax=RECORD),
+    Key("Include", "gpucluster's rendered files (render the spec instead)", written=None),
+    # -- not written, but a change to them needs a restart (a user may set them through slurm.parameters)
+    Key("AuthAltTypes", syntax=LIST, written=None, changes=_ALWAYS, source=AUTH),
+    Key("AuthAltParameters", syntax=KV_LIST, written=None, changes=_ALWAYS, source=AUTH),
+    Key("AuthInfo", syntax=KV_LIST, written=None, changes=_ALWAYS, source=AUTH),
+    Key("CommunicationParameters", syntax=KV_LIST, written=None, changes=_ALWAYS, source=PORTS_2311),
+    Key("CredType", written=None, changes=_CTLD, source=CTLD_22),
+    Key("LaunchType", written=None, changes=_BOTH, source=AT_START),
+    Key("PluginDir", written=None, changes=_BOTH, source=BOTH_22),
+    # 22.05.8 notes a restart for its enable_configless flag; the key is taken whole here, to be safe
+    Key("SlurmctldParameters", syntax=KV_LIST, written=None, changes=_CTLD, source=CTLD_22 + " (enable_configless)"),
+    Key("SwitchType", written=None, changes=_BOTH,
+        source='slurm.conf(5) 22.05.8: "All Slurm daemons, commands and running jobs must be restarted"'),
+)
+
+BY_NAME: dict[str, Key] = {k.name.lower(): k for k in KEYS}
+
+
+def key(name: str) -> Key | None:
+    """The table's entry for a key, read as Slurm reads it (case-insensitively), or None."""
+    return BY_NAME.get(name.lower())
+
+
+def owned() -> dict[str, str]:
+    """{key: the spec field that sets it} for every key slurm.parameters may not set (aliases included)."""
+    return {k.name: k.owner for k in KEYS if k.owner}
+
+
+def change_class(name: str, version: str) -> str:
+    """What a change to `name` needs on Slurm `version` (a release of RELEASES); a key the table does not
+    hold reconfigures (slurm.conf(5): "unless otherwise noted")."""
+    entry = key(name)
+    if entry is None:
+        return RECONFIGURE
+    v = _tuple(version)
+    out = RECONFIGURE
+    for since, cls in entry.changes:
+        if _tuple(since) <= v:
+            out = cls
+    return out
+
+
+def restart_keys(version: str | None = None) -> frozenset[str]:
+    """Lower-case keys whose change needs a daemon restart on `version`; with None, on any supported
+    release (what a role that does not know the running release must assume). Records (NodeName lines)
+    are compared whole, by `change_class("NodeName", version)`."""
+    versions = RELEASES if version is None else (version,)
+    return frozenset(k.name.lower() for k in KEYS for v in versions
+                     if k.syntax != RECORD and change_class(k.name, v) != RECONFIGURE)
+
+
+def template_keys() -> frozenset[str]:
+    """The keys slurm.conf.j2 writes itself (the health checks' lines come from render/health/slurmconf.py)."""
+    return frozenset(k.name for k in KEYS if k.written == "template")
+
+
+def _tuple(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
