@@ -126,3 +126,23 @@ def test_compile_to_never_leaves_a_moment_without_the_compiled_folder(tmp_path, 
     assert (target / "facts.json").is_file() and (target / "rendered" / "slurm.conf").is_file()
     assert (target / "stamp.json").stat().st_mode & 0o777 == 0o600
     assert example_path("staging").is_file()
+
+
+def test_check_refuses_a_smuggled_setting_located(tmp_path, capsys):
+    """Issue 20: `SlurmctldDebug: "info HealthCheckInterval=7"` is exit 2 with file:line, field, rule and fix."""
+    from gpucluster.cli import main
+
+    text = example_path("staging").read_text().replace(
+        "  partitions:\n", '  parameters:\n    SlurmctldDebug: "info HealthCheckInterval=7"\n  partitions:\n', 1)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(text)
+    line = text.splitlines().index('    SlurmctldDebug: "info HealthCheckInterval=7"') + 1
+    try:
+        rc = main(["check", str(spec)])
+    except SystemExit as exc:
+        rc = exc.code
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert f"{spec}:{line}: slurm.parameters.SlurmctldDebug: " in err
+    assert "[slurm-value]" in err and "write SlurmctldDebug without spaces" in err
+    assert "Traceback" not in err

@@ -14,6 +14,7 @@ runs (22.05.8, 24.11.5, 26.05.5), quoted below. 23.02 follows 22.05's pages, 23.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 # The releases of spec/slurm_versions.py (floor 1 cannot be imported from floor 0; tests/test_slurmkeys.py
@@ -69,6 +70,15 @@ CHOICE = "choice"  # one of `choices` (case-insensitive)
 RECORD = "record"  # a line of several Key=Value (NodeName, PartitionName): never a slurm.parameters value
 SYNTAXES = (TOKEN, LIST, KV_LIST, NUMBER, CHOICE, RECORD)
 
+# Plugin values: those Debian's slurm-wlm-basic-plugins ships on all three lines gpucluster runs (22.05.8,
+# 24.11.5, 26.05.5: the .so files under /usr/lib/x86_64-linux-gnu/slurm-wlm), and the built-in "none"s.
+# A plugin slurmctld cannot load stops it ("Couldn't load specified plugin name"); spec/slurm_versions.py
+# gates those a release removed (select/cons_res: gone in 23.11).
+SCHEDULERS = ("sched/backfill", "sched/builtin")
+SELECTS = ("select/cons_tres", "select/cons_res", "select/linear")
+PRIORITIES = ("priority/basic", "priority/multifactor")
+JOBCOMPS = ("jobcomp/none", "jobcomp/filetxt")
+MPIS = ("none", "pmi2")
 DEBUG_LEVELS = ("quiet", "fatal", "error", "info", "verbose", "debug", "debug2", "debug3", "debug4", "debug5")
 UINT16_MAX = 65534  # Slurm's uint16 settings keep 65535 (NO_VAL16) for "unset"
 UINT32_MAX = 4294967294
@@ -133,7 +143,7 @@ KEYS: tuple[Key, ...] = (
     Key("SlurmdLogFile", f"{_ROLES} and validator"),
     Key("SlurmctldDebug", syntax=CHOICE, choices=DEBUG_LEVELS),
     Key("SlurmdDebug", syntax=CHOICE, choices=DEBUG_LEVELS),
-    Key("MpiDefault", changes=_SLURMD, source=AT_START),
+    Key("MpiDefault", syntax=CHOICE, choices=MPIS, changes=_SLURMD, source=AT_START),
     Key("ReturnToService", syntax=NUMBER, max=2),
     Key("PropagateResourceLimitsExcept", syntax=LIST),
     Key("Prolog", "slurm.prolog"),
@@ -151,8 +161,9 @@ KEYS: tuple[Key, ...] = (
     Key("PrologFlags", _PROFILE, syntax=LIST, changes=_BOTH, source=AT_START),
     Key("SlurmdParameters", syntax=KV_LIST, changes=_SLURMD, source=AT_START),
     # -- scheduling
-    Key("SchedulerType", changes=_CTLD, source=CTLD_22),
-    Key("SelectType", changes=_BOTH, source='slurm.conf(5) 22.05.8: "A restart of slurmctld and slurmd is required"'),
+    Key("SchedulerType", syntax=CHOICE, choices=SCHEDULERS, changes=_CTLD, source=CTLD_22),
+    Key("SelectType", syntax=CHOICE, choices=SELECTS, changes=_BOTH,
+        source='slurm.conf(5) 22.05.8: "A restart of slurmctld and slurmd is required"'),
     Key("SelectTypeParameters", syntax=LIST, changes=_CTLD, source=CTLD_22),
     Key("GresTypes", "node_groups[].gpu", syntax=LIST, changes=_BOTH, source=BOTH_22),
     Key("TopologyPlugin", "slurm.topology", changes=_CTLD, source=AT_START),
@@ -176,8 +187,8 @@ KEYS: tuple[Key, ...] = (
         source=AT_START),
     Key("AccountingStoragePort", _ACCOUNTING, changes=_CTLD, source=AT_START),
     Key("AccountingStorageTRES", _ACCOUNTING, syntax=LIST),
-    Key("JobCompType"),
-    Key("PriorityType", changes=_CTLD, source=AT_START),
+    Key("JobCompType", syntax=CHOICE, choices=JOBCOMPS),
+    Key("PriorityType", syntax=CHOICE, choices=PRIORITIES, changes=_CTLD, source=AT_START),
     # -- records
     Key("NodeName", "node_groups", syntax=RECORD, changes=(("22.05", RESTART), ("23.11", RECONFIGURE)),
         source=NODES_22 + "; " + NODES_2311),
@@ -208,6 +219,42 @@ def key(name: str) -> Key | None:
 def owned() -> dict[str, str]:
     """{key: the spec field that sets it} for every key slurm.parameters may not set (aliases included)."""
     return {k.name: k.owner for k in KEYS if k.owner}
+
+
+_ITEM = re.compile(r"^[A-Za-z0-9_./:@%+*-]+$")  # one item of a list: no '=', ',' or whitespace
+_FLAG = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*(=[^\s,=]+)?$")  # one flag of a key=value list: name or name=value
+
+
+def value_problem(name: str, value: str) -> tuple[str, str] | None:
+    """(what is wrong, the fix) with `value` for slurm.conf key `name`, or None when Slurm reads it as meant.
+
+    Slurm's parser splits a line at whitespace, so a value with a space is two settings
+    (`SlurmctldDebug=info HealthCheckInterval=7` sets HealthCheckInterval behind gpucluster's back): no
+    value may hold whitespace or a quote. A key the table does not hold is taken as one token."""
+    entry = key(name)
+    syntax = entry.syntax if entry else TOKEN
+    if any(c.isspace() for c in value) or '"' in value or "'" in value:
+        what = "a list" if syntax in (LIST, KV_LIST) else "one token"
+        return (f"'{value}' holds whitespace or a quote, and Slurm reads {name} as {what}: the rest would be "
+                "read as further settings", f"write {name} without spaces or quotes")
+    if not value:
+        return f"{name} is empty", f"give {name} a value, or leave it out"
+    if syntax == NUMBER:
+        if not value.isdigit() or int(value) > entry.max:
+            return (f"'{value}' is not a whole number from 0 to {entry.max}",
+                    f"write {name} as a number up to {entry.max}")
+    elif syntax == CHOICE:
+        if value.lower() not in entry.choices:
+            return (f"'{value}' is not one of {', '.join(entry.choices)}",
+                    f"set {name} to one of {', '.join(entry.choices)}")
+    elif syntax in (LIST, KV_LIST):
+        pattern = _ITEM if syntax == LIST else _FLAG
+        bad = [item for item in value.split(entry.sep) if not pattern.match(item)]
+        if bad:
+            shape = "NAME or NAME=VALUE" if syntax == KV_LIST else "one word"
+            return (f"{', '.join(repr(b) for b in bad)} is not an item of {name}'s list (each item is {shape}, "
+                    f"separated by '{entry.sep}')", f"write {name} as items separated by '{entry.sep}', none empty")
+    return None
 
 
 def change_class(name: str, version: str) -> str:

@@ -240,15 +240,25 @@ _OWNED = {k.lower(): (k, field) for k, field in OWNED_KEYS.items()}
 
 
 def _parameters(spec: ClusterSpec) -> Iterator[Finding]:
-    """slurm.parameters: extra keys, never one gpucluster owns (Slurm reads keys case-insensitively)."""
+    """slurm.parameters: extra keys, never one gpucluster owns nor an alias or companion of one (Slurm reads
+    keys case-insensitively), each value as Slurm reads it (gpucluster.slurmkeys)."""
     seen: dict[str, str] = {}
-    for key in spec.slurm.parameters:
+    for key, value in spec.slurm.parameters.items():
         at = ("slurm", "parameters", key)
         owned = _OWNED.get(key.lower())
-        if owned:
+        entry = slurmkeys.key(key)
+        if owned and entry and entry.of:
+            name, field = owned
+            yield Finding(at, f"{name} goes with {entry.of}, which gpucluster sets from {field}",
+                          f"remove it from slurm.parameters and change {field} instead", "owned-key")
+        elif owned:
             name, field = owned
             yield Finding(at, f"{name} is set by gpucluster from {field}",
                           f"remove it from slurm.parameters and change {field} instead", "owned-key")
+        else:
+            problem = slurmkeys.value_problem(key, str(value))
+            if problem:
+                yield Finding(at, problem[0], problem[1], "slurm-value")
         if key.lower() in seen:
             yield Finding(at, f"'{key}' and '{seen[key.lower()]}' are the same slurm.conf key",
                           "keep one of them", "duplicate")
