@@ -80,6 +80,14 @@ def test_a_slurm_conf_key_takes_the_tables_class_for_the_new_release(tmp_path, k
         assert {g.hostlist for g in cluster.spec.node_groups if g.role == "compute"} <= hosts
 
 
+def test_a_select_type_change_loses_jobs_so_it_drains_everything(tmp_path):
+    a = spec(tmp_path, "a", STAGING, "24.11")
+    b = spec(tmp_path, "b", with_parameters(STAGING, SelectType="select/linear"), "24.11")
+    change = diff_specs(a, b).changes[0]
+    assert (change.what, change.cls) == ("slurm.conf SelectType", "drain")
+    assert "will be lost" in change.source and "gpu[01-04]" in change.hosts
+
+
 def test_scheduler_type_is_a_restart_on_2205_and_a_reconfigure_from_2311(tmp_path):
     classes = [by_what(diff_specs(spec(tmp_path, f"a{v}", STAGING, v),
                                   spec(tmp_path, f"b{v}", with_parameters(STAGING, SchedulerType="sched/builtin"), v)))

@@ -146,3 +146,16 @@ def test_check_refuses_a_smuggled_setting_located(tmp_path, capsys):
     assert f"{spec}:{line}: slurm.parameters.SlurmctldDebug: " in err
     assert "[slurm-value]" in err and "write SlurmctldDebug without spaces" in err
     assert "Traceback" not in err
+
+
+def test_the_operations_doc_lists_the_tables_classes():
+    """docs/operations.md's per-release key table is the table's (no key changes class elsewhere than 23.11)."""
+    for k in slurmkeys.KEYS:
+        assert all(since in ("22.05", "23.11") for since, _ in k.changes), k
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    rows = {m[0]: (m[1], m[2]) for m in re.findall(r"^\| (\w+) \| ([\w-]+) \| ([\w-]+) \|", doc, flags=re.M)}
+    want = {k.name: (slurmkeys.change_class(k.name, "22.05"), slurmkeys.change_class(k.name, "23.11"))
+            for k in slurmkeys.KEYS}
+    want = {name: classes for name, classes in want.items() if classes != ("reconfigure", "reconfigure")}
+    assert {name: rows.get(name) for name in want} == want
+    assert not {name for name in rows if slurmkeys.key(name) and name not in want}

@@ -92,7 +92,8 @@ class Key:
     user may set it through slurm.parameters. of: for an alias or companion, the key it stands beside
     (SlurmctldAddr beside SlurmctldHost); it is refused naming that key's owner. written: where gpucluster
     writes it ("template": slurm.conf.j2; "health": the health checks' lines; None: not written). changes:
-    (first release, class) steps, oldest first: a release takes the last step at or before it."""
+    (first release, class) steps, oldest first: a release takes the last step at or before it. loses_jobs:
+    on every release, a change to it loses the jobs it finds (drain the whole cluster first)."""
 
     name: str
     owner: str | None = None
@@ -104,6 +105,7 @@ class Key:
     written: str | None = "template"
     changes: tuple[tuple[str, str], ...] = (("22.05", RECONFIGURE),)
     source: str = UNLESS_NOTED
+    loses_jobs: str = ""  # the man page sentence when a change loses running jobs: the cluster must be empty
 
 
 def _steps(before: str, after: str = RECONFIGURE) -> tuple[tuple[str, str], ...]:
@@ -123,7 +125,8 @@ _ACCOUNTING = "slurm.accounting"
 KEYS: tuple[Key, ...] = (
     # -- identity and daemons
     Key("ClusterName", "name", changes=_ALWAYS,
-        source="slurmctld refuses to start on state saved under another ClusterName: a new name is a new cluster"),
+        source="slurmctld refuses to start on state saved under another ClusterName: a new name is a new cluster",
+        loses_jobs="a new ClusterName starts from empty state (slurmctld will not read state saved under the old)"),
     Key("SlurmctldHost", _CONTROLLER, changes=_CTLD, source=CTLD_22 + "; 24.11.5: reconfigure"),
     Key("ControlMachine", _CONTROLLER, of="SlurmctldHost", written=None, changes=_CTLD, source=CTLD_22),
     Key("ControlAddr", _CONTROLLER, of="SlurmctldHost", written=None, changes=_CTLD, source=CTLD_22),
@@ -163,7 +166,9 @@ KEYS: tuple[Key, ...] = (
     # -- scheduling
     Key("SchedulerType", syntax=CHOICE, choices=SCHEDULERS, changes=_CTLD, source=CTLD_22),
     Key("SelectType", syntax=CHOICE, choices=SELECTS, changes=_BOTH,
-        source='slurm.conf(5) 22.05.8: "A restart of slurmctld and slurmd is required"'),
+        source='slurm.conf(5) 22.05.8: "A restart of slurmctld and slurmd is required"',
+        loses_jobs='slurm.conf(5) 22.05.8-26.05.5: "When changed, all job information (running and pending) will be '
+                   'lost"'),
     Key("SelectTypeParameters", syntax=LIST, changes=_CTLD, source=CTLD_22),
     Key("GresTypes", "node_groups[].gpu", syntax=LIST, changes=_BOTH, source=BOTH_22),
     Key("TopologyPlugin", "slurm.topology", changes=_CTLD, source=AT_START),
@@ -205,7 +210,9 @@ KEYS: tuple[Key, ...] = (
     # 22.05.8 notes a restart for its enable_configless flag; the key is taken whole here, to be safe
     Key("SlurmctldParameters", syntax=KV_LIST, written=None, changes=_CTLD, source=CTLD_22 + " (enable_configless)"),
     Key("SwitchType", written=None, changes=_BOTH,
-        source='slurm.conf(5) 22.05.8: "All Slurm daemons, commands and running jobs must be restarted"'),
+        source='slurm.conf(5) 22.05.8: "All Slurm daemons, commands and running jobs must be restarted"',
+        loses_jobs='slurm.conf(5) 22.05.8-26.05.5: "If running jobs exist at the time slurmctld is restarted with a '
+                   'new value of SwitchType, records of all jobs in any state may be lost."'),
 )
 
 BY_NAME: dict[str, Key] = {k.name.lower(): k for k in KEYS}
