@@ -169,3 +169,54 @@ def test_a_bad_spec_is_exit_2_located(tmp_path, capsys):
     b = spec(tmp_path, "b", with_parameters(STAGING, SlurmctldDebug="info HealthCheckInterval=7"))
     rc, _, err = run(capsys, "diff", str(a), str(b))
     assert rc == 2 and f"{b}:" in err and "slurm.parameters.SlurmctldDebug" in err
+
+
+# ---- the classes on the real daemons ----------------------------------------------------------------------------
+
+REAL_KEYS = {"SlurmctldTimeout": 333, "SchedulerType": "sched/builtin", "MaxJobCount": 54321}
+
+
+def _show_config(cluster, key: str) -> str | None:
+    import re
+
+    m = re.search(rf"^{key}\s*=\s*(\S+)", cluster.scontrol("show", "config"), flags=re.M)
+    return m.group(1) if m else None
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("line", ["22.05", "24.11", "26.05"])
+def test_the_named_class_is_enough_and_not_more_on_the_real_slurmctld(line, tmp_path):
+    """Each key diff calls `reconfigure` is live after `scontrol reconfigure`; each it calls a restart is not
+    (22.05: "SchedulerType change requires restart of the slurmctld daemon", "MaxJobCount reset too high,
+    restart slurmctld"). One slurmctld per line; the values come from diff, the classes from the key table."""
+    import re
+    import time
+
+    from test_slurm_versions_real import need
+
+    from gpucluster.emulate import SlurmCluster
+    from gpucluster.render import write_outputs
+
+    need(line)
+    a = spec(tmp_path, "a", STAGING, line)
+    b = spec(tmp_path, "b", with_parameters(STAGING, **REAL_KEYS), line)
+    changes = {c.what.split()[-1]: c for c in diff_specs(a, b).changes}
+    assert set(changes) == set(REAL_KEYS)
+    conf = tmp_path / "conf"
+    write_outputs(render_all(load_cluster(a), cabling=False), conf)
+    with SlurmCluster(conf, line=line, start_timeout=120) as cluster:
+        before = {k: _show_config(cluster, k) for k in REAL_KEYS}
+        text = cluster.conf_path.read_text()
+        for key, change in changes.items():
+            text = re.sub(rf"^{key}=.*$", f"{key}={change.new}", text, flags=re.M)
+        cluster.conf_path.write_text(text)
+        cluster.run(["scontrol", "reconfigure"], timeout=60)
+        deadline = time.monotonic() + 20
+        while _show_config(cluster, "SlurmctldTimeout") == before["SlurmctldTimeout"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        after = {k: _show_config(cluster, k) for k in REAL_KEYS}
+    for key, change in changes.items():
+        live = after[key] != before[key] and str(change.new) in after[key]
+        assert live == (change.cls == "reconfigure"), (line, key, change.cls, before[key], after[key])
+    assert {c.cls for c in changes.values()} == ({"reconfigure", "restart-slurmctld"} if line == "22.05"
+                                                 else {"reconfigure"})
