@@ -55,7 +55,9 @@ PORTS_2311 = 'slurm.conf(5) 24.11.5/26.05.5: "Changes to TCP listening settings 
 # Node definitions. slurm.conf(5) 22.05.8: "Changes in node configuration (e.g. adding nodes, changing their
 # processor count, etc.) require restarting both the slurmctld daemon and the slurmd daemons."; 24.11.5 and
 # 26.05.5: "... require restarting or reconfiguring all slurmctld and slurmd daemons." The change came with
-# 23.11's new reconfigure (scontrol(1) above); 23.02's man page still says restart.
+# 23.11's new reconfigure (scontrol(1) above); 23.02's man page still says restart. Measured (tests/test_diff.py):
+# 22.05.8's slurmctld stops on such a reconfigure ("fatal: MaxNodeCount has changed (4->6) during reconfig,
+# slurmctld must be restarted"); 24.11.5 and 26.05.5 take the new nodes.
 NODES_22 = 'slurm.conf(5) 22.05.8: node changes "require restarting both the slurmctld daemon and the slurmd daemons"'
 NODES_2311 = 'slurm.conf(5) 24.11.5/26.05.5: nodes "require restarting or reconfiguring all slurmctld and slurmd"'
 # SlurmctldHost: 22.05.8 "A restart of slurmctld is required"; 24.11.5 and 26.05.5: "Slurm daemons need to be
