@@ -28,6 +28,7 @@ GOOD = [
     ("SelectTypeParameters", "CR_Core_Memory,CR_ONE_TASK_PER_CORE"), ("SelectType", "select/cons_tres"),
     ("SchedulerType", "sched/backfill"), ("PriorityType", "priority/basic"), ("JobCompType", "jobcomp/filetxt"),
     ("MpiDefault", "pmi2"), ("Licenses", "fluent:4,matlab:2"), ("FirstJobId", 1000), ("JobRequeue", 0),
+    ("MaxArraySize", 2001), ("schedulertimeslice", 60),  # keys the table does not hold: one token each
 ]
 BAD = [
     ("SlurmctldDebug", "info HealthCheckInterval=7", "slurm-value"),
@@ -43,6 +44,8 @@ BAD = [
     ("SlurmctldTimeout", 70000, "slurm-value"), ("ReturnToService", 3, "slurm-value"),
     ("SelectType", "select/bogus", "slurm-value"), ("MpiDefault", "pmix", "slurm-value"),
     ("FirstJobId", '"1000"', "slurm-value"), ("JobRequeue", "0 Prolog=/tmp/x", "slurm-value"),
+    ("SchedulerParamters", "bf_continue", "unknown-key"), ("NotAKey", 1, "unknown-key"),
+    ("HealthCheckTimeout", 60, "unknown-key"),  # 26.05.5's page documents it, 22.05.8's does not
 ]
 
 
@@ -72,14 +75,19 @@ def test_every_value_check_accepts_the_lines_slurmctld_loads(line, tmp_path):
     assert result.ok, f"slurmctld {line} refused values check accepted:\n{result.message}"
 
 
+CONTROLS = [("SelectType=select/cons_tres", "SelectType=select/bogus"),
+            ("SelectType=select/cons_tres", "SelectType=select/cons_tres\nSchedulerParamters=bf_continue")]
+
+
 @pytest.mark.slurm
 @pytest.mark.parametrize("line", LINES)
-def test_the_harness_sees_a_refused_value(line, tmp_path):
-    """The control: a value check refuses (an unknown plugin), written behind check's back, stops the
-    line's slurmctld; so the test above can fail."""
+@pytest.mark.parametrize("edit", CONTROLS, ids=["unknown-plugin", "unknown-key"])
+def test_the_harness_sees_what_check_refuses(line, edit, tmp_path):
+    """The controls: what check refuses (an unknown plugin, a misspelt key), written behind check's back,
+    stops the line's slurmctld; so the test above can fail, and the rules are not stricter than needed there."""
     need(line)
     write_outputs(render_all(compiled(spec_from_data(base_data(line))), cabling=False), tmp_path)
     conf = tmp_path / "slurm.conf"
-    conf.write_text(conf.read_text().replace("SelectType=select/cons_tres", "SelectType=select/bogus"))
-    assert "select/bogus" in conf.read_text()
+    conf.write_text(conf.read_text().replace(*edit))
+    assert edit[1] in conf.read_text()
     assert not start(tmp_path, line).ok

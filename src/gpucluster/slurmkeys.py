@@ -14,6 +14,7 @@ runs (22.05.8, 24.11.5, 26.05.5), quoted below. 23.02 follows 22.05's pages, 23.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 
@@ -297,3 +298,84 @@ def template_keys() -> frozenset[str]:
 def _tuple(version: str) -> tuple[int, int]:
     major, minor = version.split(".")[:2]
     return int(major), int(minor)
+
+
+# ---- every key each line's slurm.conf(5) documents (its PARAMETERS section), for `check` ----------------------------
+# A key slurmctld does not know stops it ("Parsing error at unrecognized key"), so slurm.parameters may only name
+# these, the table's keys above and the version table's (spec/slurm_versions.py). Read from Debian's pages of the
+# lines gpucluster runs; a release between two lines takes the older line's list (never a key too new for it).
+_MAN_22 = """
+AccountingStorageBackupHost AccountingStorageEnforce AccountingStorageExternalHost AccountingStorageHost
+AccountingStorageParameters AccountingStoragePass AccountingStoragePort AccountingStorageTRES AccountingStorageType
+AccountingStorageUser AccountingStoreFlags AcctGatherEnergyType AcctGatherFilesystemType AcctGatherInterconnectType
+AcctGatherNodeFreq AcctGatherProfileType AllowSpecResourcesUsage AuthAltParameters AuthAltTypes AuthInfo AuthType
+BackupAddr BackupController BatchStartTimeout BcastExclude BcastParameters BurstBufferType CliFilterPlugins
+ClusterName CommunicationParameters CompleteWait ControlAddr ControlMachine CoreSpecPlugin CpuFreqDef
+CpuFreqGovernors CredType DebugFlags DefCpuPerGPU DefMemPerCPU DefMemPerGPU DefMemPerNode DependencyParameters
+DisableRootJobs EioTimeout EnforcePartLimits EpilogMsgTime EpilogSlurmctld ExtSensorsFreq ExtSensorsType
+FairShareDampeningFactor FederationParameters FirstJobId GetEnvTimeout GresTypes GroupUpdateForce GroupUpdateTime
+HealthCheckInterval HealthCheckNodeState HealthCheckProgram InactiveLimit InteractiveStepOptions
+JobAcctGatherFrequency JobAcctGatherParams JobAcctGatherType JobCompHost JobCompLoc JobCompParams JobCompPass
+JobCompPort JobCompType JobCompUser JobContainerType JobFileAppend JobRequeue JobSubmitPlugins KillOnBadExit
+KillWait LaunchParameters LaunchType Licenses LogTimeFormat MCSParameters MCSPlugin MailDomain MailProg MaxArraySize
+MaxDBDMsgs MaxJobCount MaxJobId MaxMemPerCPU MaxMemPerNode MaxNodeCount MaxStepCount MaxTasksPerNode MessageTimeout
+MinJobAge MpiDefault MpiParams NodeFeaturesPlugins OverTimeLimit PlugStackConfig PluginDir PowerParameters
+PowerPlugin PrEpParameters PrEpPlugins PreemptExemptTime PreemptMode PreemptType PriorityCalcPeriod
+PriorityDecayHalfLife PriorityFavorSmall PriorityFlags PriorityMaxAge PriorityParameters
+PrioritySiteFactorParameters PrioritySiteFactorPlugin PriorityType PriorityUsageResetPeriod PriorityWeightAge
+PriorityWeightAssoc PriorityWeightFairshare PriorityWeightJobSize PriorityWeightPartition PriorityWeightQOS
+PriorityWeightTRES PrivateData ProctrackType PrologEpilogTimeout PrologFlags PrologSlurmctld PropagatePrioProcess
+PropagateResourceLimits PropagateResourceLimitsExcept RebootProgram ReconfigFlags RequeueExit RequeueExitHold
+ResumeFailProgram ResumeProgram ResumeRate ResumeTimeout ResvEpilog ResvOverRun ResvProlog ReturnToService
+RoutePlugin SchedulerParameters SchedulerTimeSlice SchedulerType ScronParameters SelectType SelectTypeParameters
+SlurmSchedLogFile SlurmSchedLogLevel SlurmUser SlurmctldAddr SlurmctldDebug SlurmctldHost SlurmctldLogFile
+SlurmctldParameters SlurmctldPidFile SlurmctldPlugstack SlurmctldPort SlurmctldPrimaryOffProg SlurmctldPrimaryOnProg
+SlurmctldSyslogDebug SlurmctldTimeout SlurmdDebug SlurmdLogFile SlurmdParameters SlurmdPidFile SlurmdPort
+SlurmdSpoolDir SlurmdSyslogDebug SlurmdTimeout SlurmdUser SrunEpilog SrunPortRange SrunProlog StateSaveLocation
+SuspendExcNodes SuspendExcParts SuspendProgram SuspendRate SuspendTime SuspendTimeout SwitchParameters SwitchType
+TCPTimeout TaskEpilog TaskPlugin TaskPluginParam TaskProlog TopologyParam TopologyPlugin TrackWCKey TreeWidth
+UnkillableStepProgram UnkillableStepTimeout VSizeFactor WaitTime X11Parameters"""
+# 24.11.5 and 26.05.5: what they add to 22.05.8's list, and what they no longer document
+_MAN_24_ADDED = """
+HashPlugin MaxBatchRequeue PreemptParameters SuspendExcStates"""
+_MAN_24_GONE = """
+CoreSpecPlugin ExtSensorsFreq ExtSensorsType LaunchType PowerParameters PowerPlugin RoutePlugin SlurmctldPlugstack"""
+_MAN_26_ADDED = """
+CertgenParameters CertgenType CertmgrParameters CertmgrType CliFilterParameters EpilogTimeout HashPlugin
+HealthCheckTimeout HttpParserType JobCompPassScript LicenseParameters MaxBatchRequeue MetricsAuthUsers
+MetricsParameters MetricsType NamespaceType PreemptParameters PrologTimeout SlurmctldHttpAuthParameters
+SlurmdHttpAuthParameters SuspendExcStates TLSParameters TLSType UrlParserType"""
+_MAN_26_GONE = """
+AccountingStorageUser BackupAddr BackupController ControlAddr ControlMachine CoreSpecPlugin ExtSensorsFreq
+ExtSensorsType GetEnvTimeout JobContainerType LaunchType PowerParameters PowerPlugin RoutePlugin SlurmctldPlugstack"""
+
+
+def _names(text: str) -> frozenset[str]:
+    return frozenset(text.lower().split())
+
+
+MAN_KEYS: dict[str, frozenset[str]] = {
+    "22.05": _names(_MAN_22),
+    "24.11": (_names(_MAN_22) | _names(_MAN_24_ADDED)) - _names(_MAN_24_GONE),
+    "26.05": (_names(_MAN_22) | _names(_MAN_26_ADDED)) - _names(_MAN_26_GONE),
+}
+# The names as the man pages spell them, for suggestions.
+SPELLED: dict[str, str] = {n.lower(): n for text in (_MAN_22, _MAN_24_ADDED, _MAN_26_ADDED) for n in text.split()}
+SPELLED.update({k.name.lower(): k.name for k in KEYS})
+
+
+def suggest(name: str) -> str:
+    """The documented key `name` most likely misspells, as the man pages spell it ("" when none is close)."""
+    close = difflib.get_close_matches(name.lower()[:64], sorted(SPELLED), n=1, cutoff=0.8)
+    return SPELLED[close[0]] if close else ""
+
+
+def documented(name: str, version: str) -> bool:
+    """Whether `name` is a slurm.conf key of Slurm `version`: one gpucluster writes, or one the man page of
+    the line at or before that release documents (22.05.8 for 22.05 and 23.02, 24.11.5 for 23.11 to 25.11,
+    26.05.5 for 26.05)."""
+    entry = key(name)
+    if entry and (entry.written or entry.syntax == RECORD or entry.name == "Include"):
+        return True
+    line = max((v for v in MAN_KEYS if _tuple(v) <= _tuple(version)), key=_tuple)
+    return name.lower() in MAN_KEYS[line]

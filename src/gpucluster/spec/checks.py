@@ -13,6 +13,7 @@ from gpucluster.fields import HOST_LABEL, MAX_ALL_NODES, SLURM_MAX_CPUS, SLURM_M
 from gpucluster.spec import stacks
 from gpucluster.spec.model import ClusterSpec, NodeGroup
 from gpucluster.spec.slurm_topology import tree_rules
+from gpucluster.spec.slurm_versions import changes_for
 from gpucluster.spec.versions import version_rules
 
 # System directories no storage tier may mount over or export, each with what it holds. Every one is
@@ -255,6 +256,13 @@ def _parameters(spec: ClusterSpec) -> Iterator[Finding]:
             name, field = owned
             yield Finding(at, f"{name} is set by gpucluster from {field}",
                           f"remove it from slurm.parameters and change {field} instead", "owned-key")
+        elif not slurmkeys.documented(key, spec.slurm.version) and not changes_for(key, str(value)):
+            hint = slurmkeys.suggest(key)
+            fix = (f"a later Slurm documents {hint}: raise slurm.version, or remove it" if hint.lower() == key.lower()
+                   else f"check the spelling{f' (did you mean {hint!r}?)' if hint else ''} against slurm.conf(5), "
+                        "or remove it")
+            yield Finding(at, f"'{shown(key)}' is not a slurm.conf key of Slurm {spec.slurm.version} (slurmctld "
+                              "stops on a key it does not know)", fix, "unknown-key")
         else:
             problem = slurmkeys.value_problem(key, str(value))
             if problem:
