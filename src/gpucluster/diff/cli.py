@@ -26,7 +26,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
         return 0
     width = max(len(c.cls) for c in result.changes)
     for c in result.changes:
-        values = f" ({c.old} -> {c.new})" if (c.old or c.new) and len(f"{c.old}{c.new}") < 160 else ""
+        values = (f" ({c.old or 'unset'} -> {c.new or 'unset'})"
+                  if (c.old or c.new) and len(f"{c.old}{c.new}") < 160 else "")
         where = ", ".join(c.hosts) if c.hosts else "no host"
         print(f"  {c.cls:<{width}}  {c.what}{values}", file=out)
         print(f"  {'':<{width}}    on {where}: {c.action}", file=out)
