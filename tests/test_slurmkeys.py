@@ -46,7 +46,9 @@ def test_every_entry_is_well_formed():
 def test_the_template_writes_exactly_the_tables_template_keys():
     text = (Path(templates_dir()) / "slurm" / "slurm.conf.j2").read_text()
     written = set(re.findall(r"^([A-Z][A-Za-z]+)=", text, flags=re.M))
-    assert written == slurmkeys.template_keys()
+    assert "fixed_settings" in text
+    assert not written & {k for k, _ in slurmkeys.fixed_settings()}, "a fixed setting is written twice"
+    assert written | {k for k, _ in slurmkeys.fixed_settings()} == slurmkeys.template_keys()
 
 
 def test_the_health_lines_are_the_tables_health_keys():

@@ -109,6 +109,7 @@ class Key:
     changes: tuple[tuple[str, str], ...] = (("22.05", RECONFIGURE),)
     source: str = UNLESS_NOTED
     loses_jobs: str = ""  # the man page sentence when a change loses running jobs: the cluster must be empty
+    value: str | None = None  # the fixed value gpucluster writes (slurm.conf.j2 writes these in table order)
 
 
 def _steps(before: str, after: str = RECONFIGURE) -> tuple[tuple[str, str], ...]:
@@ -136,17 +137,28 @@ KEYS: tuple[Key, ...] = (
     Key("BackupController", _CONTROLLER, of="SlurmctldHost", written=None, changes=_CTLD, source=CTLD_22),
     Key("BackupAddr", _CONTROLLER, of="SlurmctldHost", written=None, changes=_CTLD, source=CTLD_22),
     Key("SlurmctldAddr", _CONTROLLER, of="SlurmctldHost", written=None, changes=_CTLD, source=CTLD_22),
-    Key("SlurmUser", "gpucluster's Slurm packages (role slurm_common)", changes=_steps(RESTART), source=AT_START),
-    Key("SlurmdUser", "gpucluster's Slurm packages (role slurm_common)", changes=_SLURMD, source=AT_START),
-    Key("SlurmctldPort", f"{_ROLES} and validator", changes=_ALWAYS, source=CTLD_22 + "; " + PORTS_2311),
-    Key("SlurmdPort", f"{_ROLES} and validator", changes=_ALWAYS, source=CTLD_22 + "; " + PORTS_2311),
-    Key("AuthType", "gpucluster's munge setup (role munge)", changes=_ALWAYS, source=AUTH),
-    Key("StateSaveLocation", f"{_ROLES} (role slurm_controller)", changes=_CTLD, source=CTLD_22),
-    Key("SlurmdSpoolDir", f"{_ROLES} (role slurm_compute)", changes=_SLURMD, source=AT_START),
-    Key("SlurmctldPidFile", _ROLES, changes=_CTLD, source=AT_START),
-    Key("SlurmdPidFile", _ROLES, changes=_SLURMD, source=AT_START),
-    Key("SlurmctldLogFile", f"{_ROLES} and validator"),
-    Key("SlurmdLogFile", f"{_ROLES} and validator"),
+    Key("SlurmUser", "gpucluster's Slurm packages (role slurm_common)", changes=_steps(RESTART), source=AT_START,
+        value="slurm"),
+    Key("SlurmdUser", "gpucluster's Slurm packages (role slurm_common)", changes=_SLURMD, source=AT_START,
+        value="root"),
+    Key("SlurmctldPort", f"{_ROLES} and validator", changes=_ALWAYS, source=CTLD_22 + "; " + PORTS_2311,
+        value="6817"),
+    Key("SlurmdPort", f"{_ROLES} and validator", changes=_ALWAYS, source=CTLD_22 + "; " + PORTS_2311,
+        value="6818"),
+    Key("AuthType", "gpucluster's munge setup (role munge)", changes=_ALWAYS, source=AUTH,
+        value="auth/munge"),
+    Key("StateSaveLocation", f"{_ROLES} (role slurm_controller)", changes=_CTLD, source=CTLD_22,
+        value="/var/lib/slurm/slurmctld"),
+    Key("SlurmdSpoolDir", f"{_ROLES} (role slurm_compute)", changes=_SLURMD, source=AT_START,
+        value="/var/lib/slurm/slurmd"),
+    Key("SlurmctldPidFile", _ROLES, changes=_CTLD, source=AT_START,
+        value="/run/slurmctld.pid"),
+    Key("SlurmdPidFile", _ROLES, changes=_SLURMD, source=AT_START,
+        value="/run/slurmd.pid"),
+    Key("SlurmctldLogFile", f"{_ROLES} and validator",
+        value="/var/log/slurm/slurmctld.log"),
+    Key("SlurmdLogFile", f"{_ROLES} and validator",
+        value="/var/log/slurm/slurmd.log"),
     Key("SlurmctldDebug", syntax=CHOICE, choices=DEBUG_LEVELS),
     Key("SlurmdDebug", syntax=CHOICE, choices=DEBUG_LEVELS),
     Key("MpiDefault", syntax=CHOICE, choices=MPIS, changes=_SLURMD, source=AT_START),
@@ -288,6 +300,12 @@ def restart_keys(version: str | None = None) -> frozenset[str]:
     versions = RELEASES if version is None else (version,)
     return frozenset(k.name.lower() for k in KEYS for v in versions
                      if k.syntax != RECORD and change_class(k.name, v) != RECONFIGURE)
+
+
+def fixed_settings() -> list[tuple[str, str]]:
+    """(key, value) of the settings gpucluster always writes as they are: the daemons' users, ports, auth,
+    folders, pid and log files (roles install to these paths and ports; the validator checks them)."""
+    return [(k.name, k.value) for k in KEYS if k.value is not None]
 
 
 def template_keys() -> frozenset[str]:
