@@ -1,6 +1,6 @@
 """The house's shape, so it cannot silently erode (docs/architecture.md):
 
-    errors, paths, trace, slurmtext, catalog -> spec -> fabric -> cluster -> {render, inventory} -> compiled
+    errors, paths, trace, slurmtext, slurmkeys, catalog -> spec -> fabric -> cluster -> {render, inventory} -> compiled
       -> {stage, validate, configure, deploy, emulate, report, ...} -> demo -> the CLI modules
 
 A module imports its own package and the floors below it, never one above (function-level imports
@@ -20,8 +20,8 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "gpucluster"
 PLUGINS = Path(__file__).resolve().parent.parent / "plugins"
 
 FLOORS = {
-    "gpucluster": 0, "_lazy": 0, "errors": 0, "paths": 0, "trace": 0, "slurmtext": 0, "catalog": 0, "aptsources": 0,
-    "words": 0, "progress": 0, "fields": 0, "outputs": 0,
+    "gpucluster": 0, "_lazy": 0, "errors": 0, "paths": 0, "trace": 0, "slurmtext": 0, "slurmkeys": 0, "catalog": 0,
+    "aptsources": 0, "words": 0, "progress": 0, "fields": 0, "outputs": 0,
     "health.node": 0,
     "spec": 1,
     "fabric": 2,
@@ -29,6 +29,7 @@ FLOORS = {
     "render": 4, "inventory": 4,
     "compiled": 5,
     "stage": 6, "validate": 6, "configure": 6, "deploy": 6, "emulate": 6, "report": 6, "asbuilt": 6, "health": 6,
+    "diff": 6,
     "demo": 7,
     "cli": 8,
 }

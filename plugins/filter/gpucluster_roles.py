@@ -4,7 +4,7 @@ Each filter takes plain data and returns plain data; tests/test_roles_static.py 
 
   gpucluster_etc_hosts(hosts, hv, if, prev)  /etc/hosts lines for inventory hosts: {lines, missing, kept}
   gpucluster_is_container(facts)             True when Ansible's facts say the node is a container
-  gpucluster_slurm_restart_reasons(results)  why a config change needs a daemon restart ([] = reconfigure)
+  gpucluster_slurm_restart_reasons(results[, version])  why a config change needs a daemon restart ([] = reconfigure)
   gpucluster_sysctl_report(result, container) one sentence on settings persisted but not live
   gpucluster_limits_report(result, container) one sentence on limits lowered to what the node grants
   gpucluster_failed_checks(checks)           messages of failed preflight checks [{ok, msg}, ...]
@@ -71,48 +71,31 @@ def is_container(facts: Mapping[str, Any]) -> bool:
             and str(facts.get("virtualization_type", "")).lower() in CONTAINER_TYPES)
 
 
-# slurm.conf parameters that `scontrol reconfigure` does not apply (slurm.conf(5), 22.05+: "requires
-# a restart"), plus those that name files, ports or plugins loaded once at start. Conservative: a
-# restart on a quiet cluster costs seconds, a missed one leaves daemons on different settings.
-RESTART_KEYS = frozenset(k.lower() for k in (
-    "AccountingStorageHost", "AccountingStoragePort", "AccountingStorageType", "AuthAltParameters",
-    "AuthAltTypes", "AuthInfo", "AuthType", "ClusterName", "CommunicationParameters", "ControlMachine",
-    "CredType", "GresTypes", "JobAcctGatherType", "LaunchType", "MpiDefault", "PluginDir", "PrologFlags",
-    "ProctrackType", "SelectType", "SelectTypeParameters", "SlurmctldHost", "SlurmctldParameters",
-    "SlurmctldPidFile", "SlurmctldPort", "SlurmdParameters", "SlurmdPidFile", "SlurmdPort",
-    "SlurmdSpoolDir", "SlurmdUser", "SlurmUser", "StateSaveLocation", "SwitchType", "TaskPlugin",
-    "TopologyPlugin",
-))
 _RESTART_FILES = {"cgroup.conf"}  # read by slurmd at start
 
 
-def slurm_conf_settings(text: str) -> tuple[dict[str, str], set[str]]:
-    """(scalar settings by lower-case key, NodeName lines) of a slurm.conf text."""
-    settings: dict[str, str] = {}
-    nodes: set[str] = set()
-    for raw in str(text).splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if "=" not in line:
-            continue
-        key, value = line.split("=", 1)
-        key = key.strip().lower()
-        if key == "nodename":
-            nodes.add(" ".join(line.split()))
-        elif key not in ("partitionname", "nodeset", "downnodes", "frontendname", "include"):
-            settings[key] = value.strip()
-    return settings, nodes
+def slurm_conf_restart_reasons(before: str, after: str, version: str | None = None) -> list[str]:
+    """Why a slurm.conf change needs a daemon restart on Slurm `version` (None: on any release gpucluster
+    supports, the conservative answer). Which keys need one is gpucluster.slurmkeys' table, read from
+    Slurm's man pages; the file is read by gpucluster.slurmtext, the one slurm.conf parser."""
+    from gpucluster import slurmkeys, slurmtext
 
-
-def slurm_conf_restart_reasons(before: str, after: str) -> list[str]:
-    old, old_nodes = slurm_conf_settings(before)
-    new, new_nodes = slurm_conf_settings(after)
-    reasons = [f"{key} changed" for key in sorted(RESTART_KEYS) if old.get(key) != new.get(key)]
-    if old_nodes != new_nodes:
+    old, new = slurmtext.all_settings(before), slurmtext.all_settings(after)
+    reasons = [f"{key} changed" for key in sorted(slurmkeys.restart_keys(version)) if old.get(key) != new.get(key)]
+    nodes = "NodeName"
+    if slurmkeys.change_class(nodes, version or slurmkeys.RELEASES[0]) != slurmkeys.RECONFIGURE and \
+            _records(before, nodes) != _records(after, nodes):
         reasons.append("node definitions (NodeName lines) changed")
     return reasons
 
 
-def slurm_restart_reasons(result: Mapping[str, Any]) -> list[str]:
+def _records(text: str, kind: str) -> list[tuple]:
+    from gpucluster import slurmtext
+
+    return sorted(tuple(sorted(r.items())) for r in slurmtext.records(text, kind))
+
+
+def slurm_restart_reasons(result: Mapping[str, Any], version: str | None = None) -> list[str]:
     """Why the Slurm files a gpucluster_files task just installed need a daemon restart ([] = reconfigure).
 
     Reads the task's standard diffs (before/after per file). A file that did not exist before is a
@@ -137,7 +120,7 @@ def slurm_restart_reasons(result: Mapping[str, Any]) -> list[str]:
         if not before.strip():
             continue
         if name == "slurm.conf":
-            reasons += slurm_conf_restart_reasons(before, after)
+            reasons += slurm_conf_restart_reasons(before, after, version)
         else:
             reasons.append(f"{name} changed (read at daemon start)")
     return reasons

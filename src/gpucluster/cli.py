@@ -14,6 +14,7 @@ from gpucluster import __version__
 from gpucluster.asbuilt import cli as fabric_cli
 from gpucluster.configure import cli as configure_cli
 from gpucluster.demo import cli as demo_cli
+from gpucluster.diff import cli as diff_cli
 from gpucluster.emulate import cli as emulate_cli
 from gpucluster.errors import OperationError, SpecError, UsageError, findings_report, suppressed
 from gpucluster.health import cli as health_cli
@@ -23,7 +24,8 @@ from gpucluster.validate import cli as validate_cli
 
 # Subcommands that live with their concern: each of these modules parses its arguments and prints, and
 # imports its package's library code only when the command runs (so `gpucluster --help` stays quick).
-SUBCOMMANDS = (stage_cli, inventory_cli, configure_cli, validate_cli, emulate_cli, fabric_cli, health_cli, demo_cli)
+SUBCOMMANDS = (stage_cli, inventory_cli, configure_cli, validate_cli, emulate_cli, fabric_cli, health_cli, demo_cli,
+               diff_cli)
 
 
 def _print_json(data: dict) -> None:

@@ -16,8 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from functools import cache
 from pathlib import Path
 
@@ -128,32 +126,19 @@ def _files(cluster: Cluster) -> dict[str, dict]:
 
 def compile_to(cluster: Cluster, state_dir: str | os.PathLike) -> Path:
     """Render and write the compiled state of `cluster` under state_dir/compiled, replacing the old one
-    whole (a sibling folder, then renames: readers see the old set or the new one)."""
+    whole through outputs.write_set (one rename-exchange: readers see the old set or the new one, and
+    there is never a moment with no compiled/ folder)."""
+    from gpucluster.outputs import write_set
     from gpucluster.paths import private_dir
 
     state = private_dir(state_dir)
     rendered = {name: (v if isinstance(v, str) else "".join(v())) for name, v in
                 render_all(cluster, cabling=False).items()}
     doc = facts(cluster, rendered)
-    tmp = Path(tempfile.mkdtemp(prefix=".compiled-", dir=state))
-    try:
-        (tmp / "rendered").mkdir()
-        for name, text in rendered.items():
-            (tmp / "rendered" / name).write_text(text)
-        (tmp / "facts.json").write_text(json.dumps(doc, indent=1) + "\n")
-        (tmp / "stamp.json").write_text(json.dumps(stamp_of(cluster.source), indent=1) + "\n")
-        for p in [tmp, *tmp.rglob("*")]:
-            p.chmod(0o700 if p.is_dir() else 0o600)
-        target = state / COMPILED
-        old = state / f".{COMPILED}-old"
-        shutil.rmtree(old, ignore_errors=True)
-        if target.exists():
-            os.replace(target, old)
-        os.replace(tmp, target)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return state / COMPILED
+    files = {f"rendered/{name}": text for name, text in rendered.items()}
+    files["facts.json"] = json.dumps(doc, indent=1) + "\n"
+    files["stamp.json"] = json.dumps(stamp_of(cluster.source), indent=1) + "\n"
+    return write_set(state / COMPILED, files, folder_mode=0o700, file_mode=0o600).folder
 
 
 def is_current(spec_path: str | os.PathLike, state_dir: str | os.PathLike) -> bool:

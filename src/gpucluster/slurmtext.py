@@ -28,6 +28,23 @@ def settings(text: str, *, lower: bool = False) -> dict[str, str]:
     return out
 
 
+def all_settings(text: str) -> dict[str, tuple[str, ...]]:
+    """Every Key=Value setting of a slurm.conf text by lower-case key, each value a key took in file order
+    (SlurmctldHost is given once per controller); records and Include lines left out. What a comparison of
+    two files needs, where `settings` gives the one value a reader wants."""
+    out: dict[str, tuple[str, ...]] = {}
+    for raw in str(text).splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        key = key.strip().lower()
+        if key in RECORD_KEYS or key == "include" or " " in key:
+            continue
+        out[key] = (*out.get(key, ()), value.strip())
+    return out
+
+
 def record(line: str) -> dict[str, str]:
     """One record line (NodeName=..., SwitchName=..., or an `scontrol show ... -o` line) as a dict. Values
     may hold spaces where scontrol writes them (OS=Linux 6.1 #1 SMP ...): a field starts at `Key=`."""

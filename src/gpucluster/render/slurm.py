@@ -5,16 +5,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from gpucluster import slurmkeys
 from gpucluster.cluster import Cluster
 from gpucluster.render.health.slurmconf import slurm_conf_lines
 from gpucluster.render.topology import blocks, named_topologies, partition_kinds, slurm_switches
 from gpucluster.spec.slurm_versions import has
 
-STATE_DIR = "/var/lib/slurm/slurmctld"
+# The daemons' folders are fixed settings of slurm.conf's key table (gpucluster.slurmkeys).
+STATE_DIR = slurmkeys.key("StateSaveLocation").value
 # slurmdbd on the first controller (the accounting port is one gpucluster owns: slurm.conf names it too).
 DBD = {"port": 6819, "storage_user": "slurm", "storage_db": "slurm_acct_db",
        "log_file": "/var/log/slurm/slurmdbd.log", "pid_file": "/run/slurmdbd.pid"}
-SPOOL_DIR = "/var/lib/slurm/slurmd"
+SPOOL_DIR = slurmkeys.key("SlurmdSpoolDir").value
 LOG_DIR = "/var/log/slurm"
 
 
@@ -133,6 +135,7 @@ def slurm_context(cluster: Cluster) -> dict:
         "topologies": topologies,
         "topology_files": topology_files,
         "block_sizes": has(version, "block-sizes"),
+        "fixed_settings": slurmkeys.fixed_settings(),
         "state_dir": STATE_DIR,
         "spool_dir": SPOOL_DIR,
         "log_dir": LOG_DIR,

@@ -7,11 +7,13 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Any
 
+from gpucluster import slurmkeys
 from gpucluster.errors import Finding, did_you_mean, shown
 from gpucluster.fields import HOST_LABEL, MAX_ALL_NODES, SLURM_MAX_CPUS, SLURM_MAX_NODES
 from gpucluster.spec import stacks
 from gpucluster.spec.model import ClusterSpec, NodeGroup
 from gpucluster.spec.slurm_topology import tree_rules
+from gpucluster.spec.slurm_versions import changes_for
 from gpucluster.spec.versions import version_rules
 
 # System directories no storage tier may mount over or export, each with what it holds. Every one is
@@ -232,55 +234,39 @@ def _slurm(spec: ClusterSpec) -> Iterator[Finding]:
 
 
 # slurm.conf keys gpucluster writes from the spec or relies on (roles install to these paths and ports;
-# the validator checks them): slurm.parameters may not set them. Value: the spec field that does.
-OWNED_KEYS = {
-    "ClusterName": "name",
-    "SlurmctldHost": "node_groups (role: controller)",
-    "ControlMachine": "node_groups (role: controller)",
-    "NodeName": "node_groups",
-    "PartitionName": "slurm.partitions",
-    "TopologyPlugin": "slurm.topology",
-    "TopologyParam": "slurm.topology",
-    "GresTypes": "node_groups[].gpu",
-    "AccountingStorageType": "slurm.accounting",
-    "AccountingStorageHost": "slurm.accounting (slurmdbd runs on the first controller)",
-    "AccountingStoragePort": "slurm.accounting",
-    "AccountingStorageTRES": "slurm.accounting",
-    "ProctrackType": "slurm.profile",
-    "TaskPlugin": "slurm.profile",
-    "JobAcctGatherType": "slurm.profile",
-    "PrologFlags": "slurm.profile",
-    "Prolog": "slurm.prolog",
-    "Epilog": "slurm.epilog",
-    "HealthCheckProgram": "health (gpucluster's checks; health.enabled)",
-    "HealthCheckInterval": "health.interval",
-    "HealthCheckNodeState": "health.node_state",
-    "AuthType": "gpucluster's munge setup (role munge)",
-    "SlurmUser": "gpucluster's Slurm packages (role slurm_common)",
-    "SlurmdUser": "gpucluster's Slurm packages (role slurm_common)",
-    "SlurmctldPort": "gpucluster's Slurm roles and validator",
-    "SlurmdPort": "gpucluster's Slurm roles and validator",
-    "StateSaveLocation": "gpucluster's Slurm roles (role slurm_controller)",
-    "SlurmdSpoolDir": "gpucluster's Slurm roles (role slurm_compute)",
-    "SlurmctldPidFile": "gpucluster's Slurm roles",
-    "SlurmdPidFile": "gpucluster's Slurm roles",
-    "SlurmctldLogFile": "gpucluster's Slurm roles and validator",
-    "SlurmdLogFile": "gpucluster's Slurm roles and validator",
-    "Include": "gpucluster's rendered files (render the spec instead)",
-}
+# the validator checks them), with their aliases: slurm.parameters may not set them. Value: the spec field
+# that does. The one table of slurm.conf keys is gpucluster.slurmkeys.
+OWNED_KEYS = slurmkeys.owned()
 _OWNED = {k.lower(): (k, field) for k, field in OWNED_KEYS.items()}
 
 
 def _parameters(spec: ClusterSpec) -> Iterator[Finding]:
-    """slurm.parameters: extra keys, never one gpucluster owns (Slurm reads keys case-insensitively)."""
+    """slurm.parameters: extra keys, never one gpucluster owns nor an alias or companion of one (Slurm reads
+    keys case-insensitively), each value as Slurm reads it (gpucluster.slurmkeys)."""
     seen: dict[str, str] = {}
-    for key in spec.slurm.parameters:
+    for key, value in spec.slurm.parameters.items():
         at = ("slurm", "parameters", key)
         owned = _OWNED.get(key.lower())
-        if owned:
+        entry = slurmkeys.key(key)
+        if owned and entry and entry.of:
+            name, field = owned
+            yield Finding(at, f"{name} goes with {entry.of}, which gpucluster sets from {field}",
+                          f"remove it from slurm.parameters and change {field} instead", "owned-key")
+        elif owned:
             name, field = owned
             yield Finding(at, f"{name} is set by gpucluster from {field}",
                           f"remove it from slurm.parameters and change {field} instead", "owned-key")
+        elif not slurmkeys.documented(key, spec.slurm.version) and not changes_for(key, str(value)):
+            hint = slurmkeys.suggest(key)
+            fix = (f"a later Slurm documents {hint}: raise slurm.version, or remove it" if hint.lower() == key.lower()
+                   else f"check the spelling{f' (did you mean {hint!r}?)' if hint else ''} against slurm.conf(5), "
+                        "or remove it")
+            yield Finding(at, f"'{shown(key)}' is not a slurm.conf key of Slurm {spec.slurm.version} (slurmctld "
+                              "stops on a key it does not know)", fix, "unknown-key")
+        else:
+            problem = slurmkeys.value_problem(key, str(value))
+            if problem:
+                yield Finding(at, problem[0], problem[1], "slurm-value")
         if key.lower() in seen:
             yield Finding(at, f"'{key}' and '{seen[key.lower()]}' are the same slurm.conf key",
                           "keep one of them", "duplicate")
