@@ -61,7 +61,7 @@ def rule_units(spec: ClusterSpec) -> list[Unit]:
     units += [partial(_group, spec, i, g) for i, g in groups]
     units += [partial(_limits, ("node_groups", i), g) for i, g in groups]
     units += [partial(rule, spec) for rule in (_collisions, _roles, _partitions, _slurm, version_rules,
-                                                tree_rules, _parameters, _fabric)]
+                                                tree_rules, _parameters, _fabric, _nvlink)]
     units.append(partial(stacks.check, spec))  # the drivers: and health: sections (issue 14)
     return units + _storage_units(spec)
 
@@ -327,6 +327,37 @@ def _fabric(spec: ClusterSpec) -> Iterator[Finding]:
     if fab.tiers == 2 and fab.nodes_per_pod:
         yield Finding(("fabric", "nodes_per_pod"), "pods exist only with 3 tiers", "remove it or set tiers: 3",
                       "design")
+
+
+def _nvlink(spec: ClusterSpec) -> Iterator[Finding]:
+    """Rack-scale NVLink (NVL72): a rack holds one whole domain, and the scale-out fabric never splits one.
+    Why an error and not a fix-up: a rack of other than 18 trays is not an NVL72, and a scalable unit that
+    cuts a domain would put one NVLink domain under two sets of leaves, which no block topology can show."""
+    fab = spec.fabric
+    for i, g in enumerate(spec.node_groups):
+        model = spec.parts.gpus.get(g.gpu or "")
+        rack = model.nvlink_domain if model and g.gpus_per_node else None
+        if rack is None:
+            continue
+        trays = rack.compute_trays
+        if g.nodes_per_rack != trays:
+            yield Finding(("node_groups", i, "nodes_per_rack"),
+                          f"a {g.gpu} rack is one NVLink domain of {trays} compute trays, not {g.nodes_per_rack}",
+                          f"set nodes_per_rack: {trays}", "nvlink-domain")
+        if g.gpus_per_node != rack.gpus_per_tray:
+            yield Finding(("node_groups", i, "gpus_per_node"),
+                          f"a {g.gpu} compute tray has {rack.gpus_per_tray} GPUs, not {g.gpus_per_node}",
+                          f"set gpus_per_node: {rack.gpus_per_tray}", "nvlink-domain")
+        if g.count % trays:
+            yield Finding(("node_groups", i, "count"),
+                          f"{g.count} trays are not whole NVLink domains of {trays}: the last rack's domain has "
+                          f"{g.count % trays}", f"use a multiple of {trays}", "nvlink-domain", level="warning")
+        if g in spec.fabric_groups and fab.design == "rail-optimized" and fab.scalable_unit_nodes \
+                and fab.scalable_unit_nodes % trays:
+            yield Finding(("fabric", "scalable_unit_nodes"),
+                          f"{fab.scalable_unit_nodes} nodes per scalable unit split the {trays}-tray NVLink "
+                          f"domains of group '{g.name}' across units", f"use a multiple of {trays}",
+                          "nvlink-domain")
 
 
 def _storage_units(spec: ClusterSpec) -> list[Unit]:
