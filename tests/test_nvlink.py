@@ -94,6 +94,16 @@ def test_partial_domain_is_a_warning() -> None:
     assert rules(data) == [("nvlink-domain", "warning")]
 
 
+@pytest.mark.parametrize(("version", "want"), [("22.05", [("nvlink-imex", "error")]),
+                                               ("23.11", [("nvlink-imex", "warning")]), ("24.11", [])])
+def test_imex_switch_only_where_the_plugin_is(version: str, want: list) -> None:
+    data = gb200_data()
+    data["slurm"].update(version=version, parameters={"SwitchType": "switch/nvidia_imex"})
+    spec = spec_from_data(data)
+    found = check_meaning(LoadedSpec(spec=spec, source=Path("x.yaml"), lines={}))
+    assert [(f.rule, f.level) for f in found if f.rule == "nvlink-imex"] == want
+
+
 def test_whole_domains_raise_nothing() -> None:
     assert rules(gb200_data()) == []
 

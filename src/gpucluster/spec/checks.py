@@ -61,7 +61,7 @@ def rule_units(spec: ClusterSpec) -> list[Unit]:
     units += [partial(_group, spec, i, g) for i, g in groups]
     units += [partial(_limits, ("node_groups", i), g) for i, g in groups]
     units += [partial(rule, spec) for rule in (_collisions, _roles, _partitions, _slurm, version_rules,
-                                                tree_rules, _parameters, _fabric, _nvlink)]
+                                                tree_rules, _parameters, _fabric, _nvlink, _imex)]
     units.append(partial(stacks.check, spec))  # the drivers: and health: sections (issue 14)
     return units + _storage_units(spec)
 
@@ -358,6 +358,22 @@ def _nvlink(spec: ClusterSpec) -> Iterator[Finding]:
                           f"{fab.scalable_unit_nodes} nodes per scalable unit split the {trays}-tray NVLink "
                           f"domains of group '{g.name}' across units", f"use a multiple of {trays}",
                           "nvlink-domain")
+
+
+def _imex(spec: ClusterSpec) -> Iterator[Finding]:
+    """SwitchType=switch/nvidia_imex where Debian's build of the line lacks the plugin (measured: 22.05 has
+    none, 24.11 and 26.05 have it; docs/slurm-versions.md). slurmctld would refuse to start."""
+    key = next((k for k in spec.slurm.parameters if k.lower() == "switchtype"), None)
+    if key is None or str(spec.slurm.parameters[key]).strip() != "switch/nvidia_imex":
+        return
+    version = spec.slurm.version_tuple
+    if version < (23, 11):
+        yield Finding(("slurm", "parameters", key), f"Slurm {spec.slurm.version} (Debian's build) has no "
+                      "switch/nvidia_imex plugin", "use Slurm 24.11 or later, or drop SwitchType", "nvlink-imex")
+    elif version < (24, 11):
+        yield Finding(("slurm", "parameters", key), f"switch/nvidia_imex was not verified on Slurm "
+                      f"{spec.slurm.version} (measured on 24.11 and 26.05)", "use 24.11 or later to be sure",
+                      "nvlink-imex", level="warning")
 
 
 def _storage_units(spec: ClusterSpec) -> list[Unit]:
