@@ -302,3 +302,15 @@ def test_unreadable_input_exits_2(tmp_path, capsys) -> None:
     (folder / "gb0001.txt").write_text("not nvidia-smi at all\n")
     assert main(["fabric", "discover", "--nvlink", str(folder)]) == 2
     assert "gb0001.txt" in capsys.readouterr().err
+
+
+def test_plan_json_lists_the_domains_and_only_where_there_are_some() -> None:
+    from gpucluster.fabric.summary import plan_summary
+
+    doc = plan_summary(load_cluster(example_path("gb200-superpod")).plan)
+    assert len(doc["nvlink_domains"]) == 64
+    assert doc["nvlink_domains"][0] == {"name": "nvl0001", "group": "gb200", "rack": "rack0007",
+                                            "nodes": "gb[0001-0018]", "trays": 18, "planned_trays": 18, "gpus": 72}
+    assert "nvlink_domains" not in plan_summary(load_cluster(example_path("b300-xdr-superpod")).plan)
+    # the explanation never suggests a unit that would split a domain
+    assert not any("scalable_unit_nodes: 32" in e.get("fix", "") for e in doc["explanations"])
