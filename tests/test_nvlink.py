@@ -314,3 +314,12 @@ def test_plan_json_lists_the_domains_and_only_where_there_are_some() -> None:
     assert "nvlink_domains" not in plan_summary(load_cluster(example_path("b300-xdr-superpod")).plan)
     # the explanation never suggests a unit that would split a domain
     assert not any("scalable_unit_nodes: 32" in e.get("fix", "") for e in doc["explanations"])
+
+
+def test_plan_html_shows_the_domains_in_their_racks() -> None:
+    from gpucluster.report.html import plan_html
+
+    page = plan_html(load_cluster(example_path("gb200-superpod")))
+    assert 'data-rack="rack0007"' in page
+    assert "NVLink domain nvl0001: 18 compute trays, 72 GPUs, 9 NVLink switch trays" in page
+    assert "<td>nvl0064</td>" in page
