@@ -323,3 +323,16 @@ def test_plan_html_shows_the_domains_in_their_racks() -> None:
     assert 'data-rack="rack0007"' in page
     assert "NVLink domain nvl0001: 18 compute trays, 72 GPUs, 9 NVLink switch trays" in page
     assert "<td>nvl0064</td>" in page
+    assert '<tr data-nvlink="switch trays"><td>nvlink</td><td>switch trays (gb200)</td>' in page
+
+
+def test_bom_counts_the_nvlink_switch_trays_in_the_racks() -> None:
+    """9 NVLink switch trays a rack (DGX SuperPOD GB200 RA): 576 for 64 racks, in bom.csv and the report."""
+    from gpucluster.fabric.cabling import bom_rows
+    from gpucluster.report.bom import build_bom
+
+    plan = load_cluster(example_path("gb200-superpod")).plan
+    rows = {(r[0], r[1]): r[4] for r in bom_rows(plan)}
+    assert rows[("nvlink", "switch trays")] == 576 and rows[("nvlink", "domains")] == 64
+    assert ("switch trays", "gb200", 576) in {(o[0], o[1], o[3]) for o in build_bom(plan).nvlink}
+    assert not [r for r in bom_rows(load_cluster(example_path("b300-xdr-superpod")).plan) if r[0] == "nvlink"]
