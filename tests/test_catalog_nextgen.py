@@ -91,3 +91,31 @@ def test_spec_level_stack_naming_a_missing_row_is_refused() -> None:
 def test_builtin_lock_covers_its_stacks() -> None:
     assert set(STACKS) <= set(GPUS)
     assert "mi355x" not in STACKS  # ROCm 7 has no built-in row: a spec brings it (examples/mi355x-800g-roce.yaml)
+
+
+HOSTILE = [
+    ("a package name that starts a new apt stanza", ["driver", "packages"], ["amdgpu-dkms\nPin-Priority: 1001"]),
+    ("a version with a newline", ["driver", "version"], "1:*\nPackage: *"),
+    ("an OFED release that rewrites the repository URL", ["ofed"], {"doca": "../../evil"}),
+    ("a toolkit that is not a release", ["toolkit"], "7.2; rm -rf /"),
+    ("a row under another branch than its own", ["branch"], "7.2.3"),
+]
+
+
+@pytest.mark.parametrize(("why", "path", "value"), HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_spec_level_lock_rows_are_data(why: str, path: list, value) -> None:
+    """Every field of a spec's own lock row lands in apt preferences, deb822 sources or a URL: a value
+    that could start a new line, stanza or path is refused by the schema."""
+    import copy
+
+    from gpucluster.errors import SpecError
+
+    row = copy.deepcopy(ROW)
+    target = row
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    stack = {"acme-x1": {"default": "7.2.2", "releases": ["7.2.2"]}}
+    with pytest.raises(SpecError) as err:
+        _spec_with_gpu({"gpus": {"acme-x1": ACME}, "stacks": stack, "releases": {"amd": {"7.2.2": row}}})
+    assert "releases" in str(err.value)

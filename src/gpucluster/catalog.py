@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict
+from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 
 from gpucluster.fields import MAX_LIST, MAX_PORTS, MAX_SPEED_GBPS, Bool, Int, Label, PartKey, Text
 
@@ -168,32 +168,41 @@ SWITCHES: dict[str, SwitchModel] = {
 APT_VERSION = r"^[0-9A-Za-z.+~:*-]+$"  # an exact Debian version, or an apt_preferences glob of one
 
 
+DEB_PACKAGE = r"^[a-z0-9][a-z0-9+.-]{0,99}$"  # Debian policy 5.6.1: what a package name may hold
+BRANCH = r"^\d+(\.\d+){0,2}$"
+# A spec's catalog can bring its own rows (catalog.releases), and every field lands in apt preferences,
+# deb822 sources or a repository URL: each is a pattern, so no value can start a new stanza or line.
+PackageName = Annotated[str, Field(pattern=DEB_PACKAGE)]
+
+
 class Pin(_Part):
     """Packages apt must keep at one version (apt_preferences Pin-Priority 1001, then dpkg hold)."""
 
-    packages: tuple[str, ...] = Field(min_length=1)
-    version: str = Field(pattern=APT_VERSION)
+    packages: tuple[PackageName, ...] = Field(min_length=1, max_length=32)
+    version: str = Field(pattern=APT_VERSION, max_length=128)
 
 
 class Release(_Part):
     """One row of the lock: a driver branch (NVIDIA) or ROCm release (AMD) and what was released with it."""
 
     vendor: str = Field(pattern="^(nvidia|amd)$")
-    branch: str = Field(pattern=r"^\d+(\.\d+){0,2}$", description="NVIDIA driver branch or ROCm release")
-    toolkit: str = Field(default="", description="CUDA or ROCm release the collective library is built for")
+    branch: str = Field(pattern=BRANCH, description="NVIDIA driver branch or ROCm release")
+    toolkit: str = Field(default="", pattern=r"^(\d+(\.\d+){0,2})?$",
+                         description="CUDA or ROCm release the collective library is built for")
     driver: Pin
     fabric_manager: Pin | None = Field(default=None, description="NVIDIA: the driver's exact version")
     dcgm: Pin | None = None
     runtime: Pin | None = Field(default=None, description="CUDA toolkit or ROCm runtime")
     collective: Pin | None = Field(default=None, description="NCCL or RCCL")
-    ofed: dict[str, str] = Field(default_factory=dict, description="mlnx-ofed / doca release tested with this row")
+    ofed: dict[Literal["mlnx-ofed", "doca"], Annotated[str, Field(pattern=r"^[0-9][0-9A-Za-z.-]{0,31}$")]] = Field(
+        default_factory=dict, description="mlnx-ofed / doca release tested with this row")
 
 
 class SkuStack(_Part):
     """The releases tested on one GPU SKU; a spec gets `default` unless it names another of `releases`."""
 
-    default: str
-    releases: tuple[str, ...] = Field(min_length=1)
+    default: str = Field(pattern=BRANCH)
+    releases: tuple[Annotated[str, Field(pattern=BRANCH)], ...] = Field(min_length=1, max_length=16)
 
 
 def _nvidia(branch: str, driver: str, dcgm: str, cuda: str, nccl: str, ofed: dict[str, str]) -> Release:
@@ -279,8 +288,20 @@ class Catalog(BaseModel):
     switches: dict[PartKey, SwitchModel] = Field(default_factory=dict, max_length=MAX_LIST)
     stacks: dict[PartKey, SkuStack] = Field(default_factory=dict, max_length=MAX_LIST,
                                             description="GPU -> the lock's releases tested on it, and the default")
-    releases: dict[Literal["nvidia", "amd"], dict[Annotated[str, Field(pattern=r"^\d+(\.\d+){0,2}$")], Release]] = (
+    releases: dict[Literal["nvidia", "amd"], dict[Annotated[str, Field(pattern=BRANCH)], Release]] = (
         Field(default_factory=dict, description="vendor -> branch -> a row of the lock (driver, runtime, ...)"))
+
+    @model_validator(mode="after")
+    def _rows_match_their_keys(self) -> Catalog:
+        for vendor, rows in self.releases.items():
+            for branch, row in rows.items():
+                if row.vendor != vendor or row.branch != branch:
+                    raise ValueError(f"releases.{vendor}.'{branch}' holds a row of {row.vendor} branch {row.branch}: "
+                                     "a row sits under its own vendor and branch")
+        for key, stack in self.stacks.items():
+            if stack.default not in stack.releases:
+                raise ValueError(f"stacks.{key}: default {stack.default} is not one of its releases")
+        return self
 
     def merged(self) -> Catalog:
         releases = {v: {**RELEASES.get(v, {}), **self.releases.get(v, {})} for v in ("nvidia", "amd")}
