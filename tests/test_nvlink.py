@@ -336,3 +336,14 @@ def test_bom_counts_the_nvlink_switch_trays_in_the_racks() -> None:
     assert rows[("nvlink", "switch trays")] == 576 and rows[("nvlink", "domains")] == 64
     assert ("switch trays", "gb200", 576) in {(o[0], o[1], o[3]) for o in build_bom(plan).nvlink}
     assert not [r for r in bom_rows(load_cluster(example_path("b300-xdr-superpod")).plan) if r[0] == "nvlink"]
+
+
+def test_grace_trays_warn_that_the_driver_repository_is_x86_64() -> None:
+    def arch_findings(name: str) -> list[str]:
+        from gpucluster.cluster import check_file
+
+        _loaded, found = check_file(example_path(name))
+        return [f.level for f in found if f.rule == "host-arch"]
+
+    assert arch_findings("gb200-superpod") == ["warning"]
+    assert arch_findings("b300-xdr-superpod") == []

@@ -50,6 +50,8 @@ class GpuModel(_Part):
     nvswitch_at: tuple[Annotated[int, Strict(), Field(ge=1, le=16)], ...] = Field(
         default=(), max_length=16,
         description="GPU counts whose baseboard joins the GPUs through NVSwitch (needs Fabric Manager)")
+    host_arch: Literal["x86_64", "arm64"] = Field(
+        default="x86_64", description="the CPU architecture of the nodes built with it (Grace trays: arm64)")
     nvlink_domain: NvlinkRack | None = Field(
         default=None, description="rack-scale NVLink (NVL72): the rack the GPU's compute trays share one domain in")
 
@@ -101,7 +103,9 @@ GPUS: dict[str, GpuModel] = {
     # switch chips each; every GPU has 18 NVLink 5 links, one to each chip; 72 GPUs in one domain, 4 per tray.
     # Memory: 186 GB as nvidia-smi reports it (MLCommons inference v6.1 GB200-NVL72 system description).
     # No NVSwitch on the tray: Fabric Manager runs on the switch trays, the compute trays need IMEX.
+    # The tray's CPUs are Grace (Arm Neoverse V2): arm64 nodes.
     "gb200": GpuModel(vendor="nvidia", name="NVIDIA GB200", memory_gb=186, slurm_type="gb200",
+                      host_arch="arm64",
                       allowed_per_node=(4,),
                       nvlink_domain=NvlinkRack(compute_trays=18, gpus_per_tray=4, switch_trays=9,
                                                switch_chips_per_tray=2, links_per_gpu=18)),
@@ -109,6 +113,7 @@ GPUS: dict[str, GpuModel] = {
     # CPUs, 9 NVSwitch trays, 4 ConnectX-8 per tray. Memory: 20 TB HBM3e per rack (NVIDIA GB300 NVL72 page),
     # 279 GB per GPU as nvidia-smi reports it (Verda's GB300 NVL72 write-up); links per GPU as GB200 (NVLink 5).
     "gb300": GpuModel(vendor="nvidia", name="NVIDIA GB300", memory_gb=279, slurm_type="gb300",
+                      host_arch="arm64",
                       allowed_per_node=(4,),
                       nvlink_domain=NvlinkRack(compute_trays=18, gpus_per_tray=4, switch_trays=9,
                                                switch_chips_per_tray=2, links_per_gpu=18)),

@@ -61,7 +61,8 @@ def rule_units(spec: ClusterSpec) -> list[Unit]:
     units += [partial(_group, spec, i, g) for i, g in groups]
     units += [partial(_limits, ("node_groups", i), g) for i, g in groups]
     units += [partial(rule, spec) for rule in (_collisions, _roles, _partitions, _slurm, version_rules,
-                                                tree_rules, _parameters, _fabric, _nvlink, _imex)]
+                                                tree_rules, _parameters, _fabric, _nvlink, _imex,
+                                                _host_arch)]
     units.append(partial(stacks.check, spec))  # the drivers: and health: sections (issue 14)
     return units + _storage_units(spec)
 
@@ -374,6 +375,22 @@ def _imex(spec: ClusterSpec) -> Iterator[Finding]:
         yield Finding(("slurm", "parameters", key), f"switch/nvidia_imex was not verified on Slurm "
                       f"{spec.slurm.version} (measured on 24.11 and 26.05)", "use 24.11 or later to be sure",
                       "nvlink-imex", level="warning")
+
+
+def _host_arch(spec: ClusterSpec) -> Iterator[Finding]:
+    """Grace-based trays (GB200/GB300) are arm64; the lock's CUDA repository (catalog.REPOSITORIES) is the
+    x86_64 one, so the roles would configure a repository whose packages cannot install there. A warning,
+    not an error: planning, Slurm and the fabric are right; only the driver install is not ready."""
+    for i, g in enumerate(spec.node_groups):
+        model = spec.parts.gpus.get(g.gpu or "")
+        if model is None or not g.gpus_per_node or model.host_arch == "x86_64":
+            continue
+        source = (spec.drivers.groups.get(g.name) or spec.drivers).source or spec.drivers.source
+        if source in (None, "cuda-repo", "rocm-repo", "local-mirror"):
+            yield Finding(("node_groups", i, "gpu"), f"{g.gpu} nodes are {model.host_arch}, but the version lock's "
+                          "vendor repository is the x86_64 one; the driver roles cannot install there yet",
+                          "install the drivers with your vendor's arm64 (sbsa) images until the lock has an arm64 "
+                          "repository", "host-arch", level="warning")
 
 
 def _storage_units(spec: ClusterSpec) -> list[Unit]:
