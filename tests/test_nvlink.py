@@ -347,3 +347,9 @@ def test_grace_trays_warn_that_the_driver_repository_is_x86_64() -> None:
 
     assert arch_findings("gb200-superpod") == ["warning"]
     assert arch_findings("b300-xdr-superpod") == []
+
+
+def test_verify_nvlink_on_a_plan_without_domains_exits_2(healthy, capsys) -> None:
+    _plan, folder = healthy
+    assert main(["fabric", "verify", str(example_path("b300-xdr-superpod")), "--nvlink", str(folder)]) == 2
+    assert "no NVLink domains" in capsys.readouterr().err
