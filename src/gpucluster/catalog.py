@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict
+from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 
 from gpucluster.fields import MAX_LIST, MAX_PORTS, MAX_SPEED_GBPS, Bool, Int, Label, PartKey, Text
 
@@ -23,6 +23,21 @@ class _Part(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class NvlinkRack(_Part):
+    """A rack whose compute trays share one NVLink domain through the rack's own NVLink switch trays
+    (GB200/GB300 NVL72). The switch trays are part of the rack, not of the scale-out fabric."""
+
+    compute_trays: Int = Field(ge=1, le=72, description="compute trays (nodes) in one domain")
+    gpus_per_tray: Int = Field(ge=1, le=8, description="GPUs of one compute tray")
+    switch_trays: Int = Field(ge=0, le=72, description="NVLink switch trays in the rack")
+    switch_chips_per_tray: Int = Field(default=2, ge=1, le=8)
+    links_per_gpu: Int | None = Field(default=None, ge=1, le=64, description="NVLink links of one GPU")
+
+    @property
+    def gpus(self) -> int:
+        return self.compute_trays * self.gpus_per_tray
+
+
 class GpuModel(_Part):
     vendor: Text = Field(pattern="^(nvidia|amd)$")
     name: Label
@@ -35,6 +50,10 @@ class GpuModel(_Part):
     nvswitch_at: tuple[Annotated[int, Strict(), Field(ge=1, le=16)], ...] = Field(
         default=(), max_length=16,
         description="GPU counts whose baseboard joins the GPUs through NVSwitch (needs Fabric Manager)")
+    host_arch: Literal["x86_64", "arm64"] = Field(
+        default="x86_64", description="the CPU architecture of the nodes built with it (Grace trays: arm64)")
+    nvlink_domain: NvlinkRack | None = Field(
+        default=None, description="rack-scale NVLink (NVL72): the rack the GPU's compute trays share one domain in")
 
 
 class NicModel(_Part):
@@ -72,6 +91,38 @@ GPUS: dict[str, GpuModel] = {
                        allowed_per_node=(2, 4, 6, 8), devices_per_card=2),
     "mi300x": GpuModel(vendor="amd", name="AMD Instinct MI300X 192GB", memory_gb=192, slurm_type="mi300x",
                        allowed_per_node=(8,)),
+    # ---- the current generation (issue 22). Figures from published datasheets and reference architectures,
+    # each source named beside the entry; a figure not found in one is left out (see docs/spec.md).
+    # DGX B200 datasheet: 8 GPUs, 1,440 GB GPU memory in all (180 GB each), joined by NVSwitch.
+    "b200-sxm-180g": GpuModel(vendor="nvidia", name="NVIDIA B200 180GB", memory_gb=180, slurm_type="b200",
+                              allowed_per_node=(8,), nvswitch_at=(8,)),
+    # NVIDIA HGX B300 page and DGX SuperPOD B300 RA: 8 Blackwell Ultra GPUs, 288 GB HBM3e each (2.3 TB a node).
+    "b300-sxm-288g": GpuModel(vendor="nvidia", name="NVIDIA B300 288GB", memory_gb=288, slurm_type="b300",
+                              allowed_per_node=(8,), nvswitch_at=(8,)),
+    # DGX SuperPOD GB200 RA (network fabrics): a rack of 18 compute trays and 9 NVLink switch trays, 2 NVLink
+    # switch chips each; every GPU has 18 NVLink 5 links, one to each chip; 72 GPUs in one domain, 4 per tray.
+    # Memory: 186 GB as nvidia-smi reports it (MLCommons inference v6.1 GB200-NVL72 system description).
+    # No NVSwitch on the tray: Fabric Manager runs on the switch trays, the compute trays need IMEX.
+    # The tray's CPUs are Grace (Arm Neoverse V2): arm64 nodes.
+    "gb200": GpuModel(vendor="nvidia", name="NVIDIA GB200", memory_gb=186, slurm_type="gb200",
+                      host_arch="arm64",
+                      allowed_per_node=(4,),
+                      nvlink_domain=NvlinkRack(compute_trays=18, gpus_per_tray=4, switch_trays=9,
+                                               switch_chips_per_tray=2, links_per_gpu=18)),
+    # NVIDIA Enterprise RA "NVL72 AI factory" (GB300 components): 18 trays of 4 Blackwell Ultra GPUs and 2 Grace
+    # CPUs, 9 NVSwitch trays, 4 ConnectX-8 per tray. Memory: 20 TB HBM3e per rack (NVIDIA GB300 NVL72 page),
+    # 279 GB per GPU as nvidia-smi reports it (Verda's GB300 NVL72 write-up); links per GPU as GB200 (NVLink 5).
+    "gb300": GpuModel(vendor="nvidia", name="NVIDIA GB300", memory_gb=279, slurm_type="gb300",
+                      host_arch="arm64",
+                      allowed_per_node=(4,),
+                      nvlink_domain=NvlinkRack(compute_trays=18, gpus_per_tray=4, switch_trays=9,
+                                               switch_chips_per_tray=2, links_per_gpu=18)),
+    # AMD Instinct MI325X product page: 256 GB HBM3E; the MI325X platform is 8 OAM modules on one UBB.
+    "mi325x": GpuModel(vendor="amd", name="AMD Instinct MI325X 256GB", memory_gb=256, slurm_type="mi325x",
+                       allowed_per_node=(8,)),
+    # AMD Instinct MI355X product page (CDNA 4): 288 GB HBM3E; 8-GPU OAM platforms.
+    "mi355x": GpuModel(vendor="amd", name="AMD Instinct MI355X 288GB", memory_gb=288, slurm_type="mi355x",
+                       allowed_per_node=(8,)),
 }
 
 NICS: dict[str, NicModel] = {
@@ -79,6 +130,13 @@ NICS: dict[str, NicModel] = {
     "cx7-ndr-400g": NicModel(name="NVIDIA ConnectX-7 NDR 400G", speed_gbps=400, fabrics=("infiniband",)),
     "cx7-400gbe": NicModel(name="NVIDIA ConnectX-7 400GbE", speed_gbps=400, fabrics=("roce",)),
     "bf3-400gbe": NicModel(name="NVIDIA BlueField-3 400GbE", speed_gbps=400, fabrics=("roce",)),
+    # ConnectX-8 SuperNIC datasheet: one port of up to 800 Gb/s, XDR InfiniBand or 800GbE (Spectrum-X).
+    "cx8-xdr-800g": NicModel(name="NVIDIA ConnectX-8 SuperNIC XDR 800G", speed_gbps=800, fabrics=("infiniband",)),
+    "cx8-800gbe": NicModel(name="NVIDIA ConnectX-8 SuperNIC 800GbE", speed_gbps=800, fabrics=("roce",)),
+    # AMD Pensando Pollara 400 product page: up to 400 Gb/s Ethernet, UEC-ready RDMA. AMD's 800G Vulcano had no
+    # published datasheet figures to take, so it is not listed. Its RDMA devices are ionic_N (the ionic driver).
+    "pollara-400": NicModel(name="AMD Pensando Pollara 400 AI NIC", speed_gbps=400, fabrics=("roce",),
+                            hca_prefix="ionic_"),
     # Staging stand-in: the container's virtual ethernet. Nothing RDMA about it.
     "veth-staging": NicModel(name="staging stand-in (virtual ethernet)", speed_gbps=10,
                              fabrics=("roce", "infiniband"), hca_prefix="veth", rdma=False),
@@ -88,6 +146,11 @@ SWITCHES: dict[str, SwitchModel] = {
     "qm8700": SwitchModel(name="NVIDIA Quantum QM8700 HDR", vendor="nvidia", ports={200: 40}, fabrics=("infiniband",)),
     "qm9700": SwitchModel(name="NVIDIA Quantum-2 QM9700 NDR", vendor="nvidia", ports={400: 64, 200: 128},
                           fabrics=("infiniband",)),
+    # Quantum-X800 XDR user manual (Q3200-RA/Q3400-RA): Q3400 has 144 ports of 800 Gb/s XDR. Rack units
+    # are not given as a figure here and stay at the default.
+    "q3400": SwitchModel(name="NVIDIA Quantum-X800 Q3400 XDR", vendor="nvidia", ports={800: 144},
+                         fabrics=("infiniband",)),
+    # Spectrum-X800-class Ethernet: SN5600 datasheet, 64 ports of 800GbE (128 of 400 split), 2U.
     "sn5600": SwitchModel(name="NVIDIA Spectrum-4 SN5600", vendor="nvidia", ports={800: 64, 400: 128},
                           fabrics=("roce",), rack_units=2),
     # A 16-slot 7800R3-class modular chassis with 36 x 400G line cards.
@@ -102,19 +165,6 @@ SWITCHES: dict[str, SwitchModel] = {
 }
 
 
-class Catalog(BaseModel):
-    """The merged catalog a spec sees: built-ins plus the spec's own entries."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    gpus: dict[PartKey, GpuModel] = Field(default_factory=dict, max_length=MAX_LIST)
-    nics: dict[PartKey, NicModel] = Field(default_factory=dict, max_length=MAX_LIST)
-    switches: dict[PartKey, SwitchModel] = Field(default_factory=dict, max_length=MAX_LIST)
-
-    def merged(self) -> Catalog:
-        return Catalog(gpus={**GPUS, **self.gpus}, nics={**NICS, **self.nics},
-                       switches={**SWITCHES, **self.switches})
-
-
 # ---------------------------------------------------------------- driver stacks: the version lock
 # Which driver, Fabric Manager, DCGM, CUDA/ROCm, NCCL/RCCL and OFED releases go together, per GPU SKU.
 # One place: `gpucluster.spec.stacks` checks specs against it and hands the chosen row to the roles
@@ -123,32 +173,41 @@ class Catalog(BaseModel):
 APT_VERSION = r"^[0-9A-Za-z.+~:*-]+$"  # an exact Debian version, or an apt_preferences glob of one
 
 
+DEB_PACKAGE = r"^[a-z0-9][a-z0-9+.-]{0,99}$"  # Debian policy 5.6.1: what a package name may hold
+BRANCH = r"^\d+(\.\d+){0,2}$"
+# A spec's catalog can bring its own rows (catalog.releases), and every field lands in apt preferences,
+# deb822 sources or a repository URL: each is a pattern, so no value can start a new stanza or line.
+PackageName = Annotated[str, Field(pattern=DEB_PACKAGE)]
+
+
 class Pin(_Part):
     """Packages apt must keep at one version (apt_preferences Pin-Priority 1001, then dpkg hold)."""
 
-    packages: tuple[str, ...] = Field(min_length=1)
-    version: str = Field(pattern=APT_VERSION)
+    packages: tuple[PackageName, ...] = Field(min_length=1, max_length=32)
+    version: str = Field(pattern=APT_VERSION, max_length=128)
 
 
 class Release(_Part):
     """One row of the lock: a driver branch (NVIDIA) or ROCm release (AMD) and what was released with it."""
 
     vendor: str = Field(pattern="^(nvidia|amd)$")
-    branch: str = Field(pattern=r"^\d+(\.\d+){0,2}$", description="NVIDIA driver branch or ROCm release")
-    toolkit: str = Field(default="", description="CUDA or ROCm release the collective library is built for")
+    branch: str = Field(pattern=BRANCH, description="NVIDIA driver branch or ROCm release")
+    toolkit: str = Field(default="", pattern=r"^(\d+(\.\d+){0,2})?$",
+                         description="CUDA or ROCm release the collective library is built for")
     driver: Pin
     fabric_manager: Pin | None = Field(default=None, description="NVIDIA: the driver's exact version")
     dcgm: Pin | None = None
     runtime: Pin | None = Field(default=None, description="CUDA toolkit or ROCm runtime")
     collective: Pin | None = Field(default=None, description="NCCL or RCCL")
-    ofed: dict[str, str] = Field(default_factory=dict, description="mlnx-ofed / doca release tested with this row")
+    ofed: dict[Literal["mlnx-ofed", "doca"], Annotated[str, Field(pattern=r"^[0-9][0-9A-Za-z.-]{0,31}$")]] = Field(
+        default_factory=dict, description="mlnx-ofed / doca release tested with this row")
 
 
 class SkuStack(_Part):
     """The releases tested on one GPU SKU; a spec gets `default` unless it names another of `releases`."""
 
-    default: str
-    releases: tuple[str, ...] = Field(min_length=1)
+    default: str = Field(pattern=BRANCH)
+    releases: tuple[Annotated[str, Field(pattern=BRANCH)], ...] = Field(min_length=1, max_length=16)
 
 
 def _nvidia(branch: str, driver: str, dcgm: str, cuda: str, nccl: str, ofed: dict[str, str]) -> Release:
@@ -213,7 +272,46 @@ STACKS: dict[str, SkuStack] = {
     "a100-sxm4-80g": SkuStack(default="535", releases=("535", "570")),
     "mi250x": SkuStack(default="6.2.4", releases=("6.2.4", "6.3.3")),
     "mi300x": SkuStack(default="6.3.3", releases=("6.2.4", "6.3.3")),
+    # Blackwell needs the open kernel modules and branch 570 or later (CUDA 12.8 added sm_100).
+    "b200-sxm-180g": SkuStack(default="570", releases=("570", "580")),
+    "b300-sxm-288g": SkuStack(default="580", releases=("580",)),
+    "gb200": SkuStack(default="570", releases=("570", "580")),
+    "gb300": SkuStack(default="580", releases=("580",)),
+    # ROCm release notes: MI325X from 6.3; MI355X needs ROCm 7.0, which has no row in this lock yet, so the
+    # built-in catalog gives it none and a spec adds its own row (catalog.stacks/releases) or uses debian.
+    "mi325x": SkuStack(default="6.3.3", releases=("6.3.3",)),
 }
+
+
+class Catalog(BaseModel):
+    """The merged catalog a spec sees: built-ins plus the spec's own entries. A spec adds a part, and for a
+    GPU its version lock (`stacks`, and `releases` for rows the built-in lock lacks), without editing code."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    gpus: dict[PartKey, GpuModel] = Field(default_factory=dict, max_length=MAX_LIST)
+    nics: dict[PartKey, NicModel] = Field(default_factory=dict, max_length=MAX_LIST)
+    switches: dict[PartKey, SwitchModel] = Field(default_factory=dict, max_length=MAX_LIST)
+    stacks: dict[PartKey, SkuStack] = Field(default_factory=dict, max_length=MAX_LIST,
+                                            description="GPU -> the lock's releases tested on it, and the default")
+    releases: dict[Literal["nvidia", "amd"], dict[Annotated[str, Field(pattern=BRANCH)], Release]] = (
+        Field(default_factory=dict, description="vendor -> branch -> a row of the lock (driver, runtime, ...)"))
+
+    @model_validator(mode="after")
+    def _rows_match_their_keys(self) -> Catalog:
+        for vendor, rows in self.releases.items():
+            for branch, row in rows.items():
+                if row.vendor != vendor or row.branch != branch:
+                    raise ValueError(f"releases.{vendor}.'{branch}' holds a row of {row.vendor} branch {row.branch}: "
+                                     "a row sits under its own vendor and branch")
+        for key, stack in self.stacks.items():
+            if stack.default not in stack.releases:
+                raise ValueError(f"stacks.{key}: default {stack.default} is not one of its releases")
+        return self
+
+    def merged(self) -> Catalog:
+        releases = {v: {**RELEASES.get(v, {}), **self.releases.get(v, {})} for v in ("nvidia", "amd")}
+        return Catalog(gpus={**GPUS, **self.gpus}, nics={**NICS, **self.nics},
+                       switches={**SWITCHES, **self.switches}, stacks={**STACKS, **self.stacks}, releases=releases)
 
 
 class Repository(_Part):

@@ -18,6 +18,8 @@ EPILOG = """examples:
   gpucluster fabric verify examples/meta-24k-ib.yaml --ibnetdiscover dump.txt \\
       --hosts site-names.csv --switch-pattern 'MF0;{name}:MQM9700/U1' --json
   gpucluster fabric verify examples/meta-24k-roce.yaml --lldp lldp/
+  gpucluster fabric discover --nvlink smi/                  # smi/<node>.txt: nvidia-smi -q of each node
+  gpucluster fabric verify examples/gb200-superpod.yaml --nvlink smi/
   gpucluster fabric verify examples/meta-24k-ib.yaml --ibnetdiscover dump.txt --slurm-topology wires/topology.conf
   gpucluster fabric topofile examples/meta-24k-ib.yaml -o fabric.topo     # then: ibdiagnet -t fabric.topo
   gpucluster fabric switch-config examples/meta-24k-roce.yaml -o switch-qos/
@@ -45,6 +47,9 @@ def cmd_discover(args: argparse.Namespace) -> int:
     from gpucluster.asbuilt.discover import discover
     from gpucluster.asbuilt.findings import Finding
 
+    if args.nvlink:
+        return _discover_nvlink(args)
+
     fab = _read_dump(args.ibnetdiscover)
     with progress("discover", total=fab.link_count(), unit="links") as advance:
         doc = discover(fab, advance)
@@ -70,6 +75,44 @@ def cmd_discover(args: argparse.Namespace) -> int:
         print(f"{len(findings)} finding(s):")
         _print_findings(findings, args.limit)
     return 0
+
+
+def _discover_nvlink(args: argparse.Namespace) -> int:
+    from gpucluster.asbuilt import nvlink
+
+    doc = nvlink.discover(args.nvlink).as_dict()
+    if args.json:
+        json.dump(doc, sys.stdout, indent=1)
+        print()
+        return 0
+    print(f"{args.nvlink}: {doc['nodes']:,} nodes in {len(doc['cliques']):,} NVLink clique(s), "
+          f"{len(doc['no_clique'])} without one")
+    for clique, nodes in doc["cliques"].items():
+        print(f"  {clique}: {len(nodes)} nodes ({nodes[0]} .. {nodes[-1]})")
+    if doc["no_clique"]:
+        print(f"  no clique: {', '.join(doc['no_clique'][:args.limit])}")
+    return 0
+
+
+def _verify_nvlink(args: argparse.Namespace, cluster) -> int:
+    from gpucluster.asbuilt import nvlink
+
+    if not cluster.plan.domains:
+        raise UsageError(f"{args.spec}: no node group has rack-scale NVLink (a GPU with nvlink_domain), so there "
+                         "are no NVLink domains to verify")
+    findings = nvlink.verify(cluster.plan, nvlink.discover(args.nvlink))
+    if args.json:
+        json.dump({"ok": not findings, "spec": str(args.spec), "source": str(args.nvlink),
+                   "domains": len(cluster.plan.domains), "findings": [f.as_dict() for f in findings]},
+                  sys.stdout, indent=1)
+        print()
+        return 0 if not findings else 1
+    if not findings:
+        print(f"{cluster.name}: every one of {len(cluster.plan.domains)} NVLink domains is its planned rack")
+        return 0
+    print(f"{cluster.name}: the NVLink domains differ from the plan: {len(findings)} finding(s)")
+    _print_findings(findings, args.limit)
+    return 1
 
 
 def _read_dump(path: str):
@@ -105,6 +148,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from gpucluster.cluster import load_cluster
 
     cluster = load_cluster(args.spec)
+    if args.nvlink:
+        return _verify_nvlink(args, cluster)
     site = _site(args, cluster)
     idx = PlanIndex.of(cluster.plan)
     if args.ibnetdiscover:
@@ -324,8 +369,11 @@ def register(sub) -> None:
 
     d = fsub.add_parser("discover", help="summarise an ibnetdiscover dump without a spec: tiers, hosts, bundles",
                         epilog=EPILOG, formatter_class=fmt)
-    d.add_argument("--ibnetdiscover", required=True, metavar="FILE",
-                   help="output of `ibnetdiscover > FILE` (the full topology, not -l/-p)")
+    dsrc = d.add_mutually_exclusive_group(required=True)
+    dsrc.add_argument("--ibnetdiscover", metavar="FILE",
+                      help="output of `ibnetdiscover > FILE` (the full topology, not -l/-p)")
+    dsrc.add_argument("--nvlink", metavar="DIR", help="NVLink domains: a folder of one `nvidia-smi -q` (or -q -x) "
+                      "output per node, named after the node; groups nodes by ClusterUUID and CliqueId")
     d.add_argument("--json", action="store_true", help="machine-readable: switches, tiers, hosts, host_ports, "
                    "unidentified, bundles, degraded_bundles, findings (docs/fabric.md)")
     d.add_argument("--limit", type=int, default=20, metavar="N", help="findings shown per kind (default 20)")
@@ -336,6 +384,8 @@ def register(sub) -> None:
     v.add_argument("spec", help="the cluster spec (YAML) whose plan is the reference")
     src = v.add_mutually_exclusive_group(required=True)
     src.add_argument("--ibnetdiscover", metavar="FILE", help="InfiniBand: output of `ibnetdiscover > FILE`")
+    src.add_argument("--nvlink", metavar="DIR", help="NVLink domains (NVL72): a folder of one `nvidia-smi -q` output "
+                     "per node; reports a node outside its planned rack's domain, and a domain short of trays")
     src.add_argument("--lldp", metavar="DIR_OR_FILE", help="RoCE: a folder of <device>.json files, each the output "
                      "of `lldpctl -f json` on that host or switch, or one JSON object {device: that output}")
     v.add_argument("--hosts", metavar="MAP.csv", help="site names of the plan's hosts: CSV with header "

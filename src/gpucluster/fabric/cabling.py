@@ -149,4 +149,19 @@ def bom_rows(plan: Plan) -> list[list]:
             optical += n
     rows.append(["transceiver", "switch-switch", "optic", f"{plan.speed_gbps}G, two per fiber", 2 * optical])
     rows.append(["rack", "nodes", "rack", "racks holding nodes (network racks not counted)", plan.rack_count])
+    rows += nvlink_rows(plan)
     return rows
+
+
+def nvlink_rows(plan: Plan) -> list[list]:
+    """Rack-scale NVLink: the NVLink switch trays are part of each NVL72 rack, not of the scale-out fabric.
+    Listed only where a plan has domains, so other bills keep their bytes."""
+    out = []
+    for key in dict.fromkeys(plan.spec.group(d.group).gpu for d in plan.domains):
+        rack = plan.spec.parts.gpus[key].nvlink_domain
+        n = sum(1 for d in plan.domains if plan.spec.group(d.group).gpu == key)
+        out.append(["nvlink", "domains", key, f"NVLink domains of {rack.compute_trays} trays x {rack.gpus_per_tray} "
+                    "GPUs, one per rack", n])
+        out.append(["nvlink", "switch trays", key, f"NVLink switch trays ({rack.switch_trays} a rack, "
+                    f"{rack.switch_chips_per_tray} switch chips each)", n * rack.switch_trays])
+    return out

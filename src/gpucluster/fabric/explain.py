@@ -96,7 +96,13 @@ def _leaves(plan: Plan) -> Explanation | None:
         share = f"each leaf takes {leaf.down} of the {most} downlinks a {leaf.radix}-port leaf offers at {at}"
         if plan.design == "rail-optimized":
             why.append(f"{share} (scalable_unit_nodes: {plan.unit_nodes}, one rail of each node per leaf)")
-            fix.append(f"scalable_unit_nodes: {most} would fill every leaf")
+            trays = max((d.planned for d in plan.domains), default=1)  # a unit holds whole NVLink domains
+            fill = most // trays * trays
+            if fill > plan.unit_nodes:
+                fix.append(f"scalable_unit_nodes: {fill} would fill every leaf" if fill == most else
+                           f"scalable_unit_nodes: {fill} ({fill // trays} whole NVLink domains) would fill more")
+            elif trays > 1:
+                fix.append(f"no larger unit of whole {trays}-tray NVLink domains fits a {leaf.radix}-port leaf")
         elif fab.nodes_per_leaf and fab.nodes_per_leaf < most // plan.rails:
             why.append(f"{share} (nodes_per_leaf: {fab.nodes_per_leaf})")
             fix.append(f"nodes_per_leaf: {most // plan.rails} is the most a leaf takes")

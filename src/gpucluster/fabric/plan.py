@@ -18,6 +18,7 @@ from functools import cached_property
 
 from gpucluster import trace
 from gpucluster.errors import Finding
+from gpucluster.fabric.nvlink import NvlinkDomain, nvlink_domains
 from gpucluster.spec.model import ClusterSpec, NodeGroup
 
 
@@ -98,6 +99,7 @@ class Plan:
     racks: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # group -> [(rack, first node)]
     warnings: list[Finding] = field(default_factory=list)
     pod_plans: list[PodPlan] = field(default_factory=list)  # spines per pod (one entry with 2 tiers)
+    domains: list[NvlinkDomain] = field(default_factory=list)  # rack-scale NVLink domains, one per rack (NVL72)
 
     # ---- counts -------------------------------------------------------------------------------
     @property
@@ -166,6 +168,15 @@ class Plan:
         if lo == hi:
             return group.host(unit.first)
         return f"{head}[{lo:0{group.digits}d}-{hi:0{group.digits}d}]{tail}"
+
+    @cached_property
+    def domain_of_host(self) -> dict[str, NvlinkDomain]:
+        out = {}
+        for d in self.domains:
+            group = self.spec.group(d.group)
+            for i in range(d.first, d.first + d.count):
+                out[group.host(i)] = d
+        return out
 
     def rack_of(self, group: NodeGroup, index: int) -> str:
         start = self.racks[group.name][0][0]
@@ -428,4 +439,5 @@ def plan_cluster(spec: ClusterSpec) -> Plan:
             racks[g.name].append((rack, first))
             rack += 1
     return Plan(spec, fab.design, int(tiers), speed, rails, groups_n, unit_nodes, units, tier_plans, pods,
-                units_per_pod, spines_per_group, cores_per_plane, racks, warnings=findings, pod_plans=pod_plans)
+                units_per_pod, spines_per_group, cores_per_plane, racks, warnings=findings, pod_plans=pod_plans,
+                domains=nvlink_domains(spec, racks))

@@ -23,7 +23,7 @@ def plan_summary(plan: Plan) -> dict:
             "write_gbps": round(servers * flash.nvme_per_server * flash.nvme_gbps / flash.replicas, 1),
             "mount": flash.mount,
         }
-    return {
+    out = {
         "cluster": spec.name,
         "nodes": plan.nodes,
         "nodes_by_group": {g.name: g.count for g in spec.node_groups},
@@ -47,3 +47,8 @@ def plan_summary(plan: Plan) -> dict:
         "warnings": [w.message for w in plan.warnings],
         "explanations": [e.as_dict() for e in explain(plan)],
     }
+    if plan.domains:  # only with rack-scale NVLink, so other plans keep their bytes
+        out["nvlink_domains"] = [{"name": d.name, "group": d.group, "rack": d.rack, "nodes": plan.unit_hostlist(d),
+                                  "trays": d.count, "planned_trays": d.planned, "gpus": d.gpus}
+                                 for d in plan.domains]
+    return out

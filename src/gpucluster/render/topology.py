@@ -14,7 +14,7 @@ from itertools import pairwise
 
 import hostlist
 
-from gpucluster.fabric import Plan, Unit
+from gpucluster.fabric import NvlinkDomain, Plan, Unit
 from gpucluster.spec.model import ClusterSpec
 from gpucluster.spec.slurm_versions import has
 
@@ -71,20 +71,43 @@ def slurm_switches(plan: Plan) -> list[SlurmSwitch]:
 
 @dataclass(frozen=True)
 class Blocks:
-    """topology/block: a block per unit, and the block sizes Slurm may aggregate them into."""
+    """topology/block: a block per NVLink domain (rack-scale NVLink groups) or per unit (the others),
+    and the block sizes Slurm may aggregate them into. `units` holds either kind: each has a name and
+    the group, first and count that `plan.unit_hostlist` reads."""
 
-    units: tuple[Unit, ...]
+    units: tuple[Unit | NvlinkDomain, ...]
     sizes: tuple[int, ...]
 
 
+def block_members(plan: Plan) -> list[Unit | NvlinkDomain]:
+    """The blocks: a cluster with NVLink domains gets one block per domain, the unit a large job wants
+    most (jobs inside one share NVLink); groups without rack-scale NVLink keep a block per unit."""
+    domains = list(getattr(plan, "domains", []) or [])
+    if not domains:
+        return list(plan.units)
+    nvlink_groups = {d.group for d in domains}
+    return [*domains, *(u for u in plan.units if u.group not in nvlink_groups)]
+
+
+def _per_pod(plan: Plan, members: list) -> int:
+    """Blocks under one pod of the scale-out fabric: an aggregated block never crosses the tier above."""
+    if not getattr(plan, "domains", None):
+        return max(1, min(plan.units_per_pod, len(plan.units)))
+    pod_nodes = plan.units_per_pod * max(u.count for u in plan.units)
+    trays = max(d.planned for d in plan.domains)
+    return max(1, min(pod_nodes // trays, len(members)))
+
+
 def block_sizes(plan: Plan, version: str) -> tuple[int, ...]:
-    """The base block size, then every power-of-two multiple up to the units of one pod (a larger
-    block would span the oversubscribed tier above the pod). The base is a unit's node count; before
-    25.05 every block had to hold a whole base block, so a partial last unit sets it instead."""
-    full = max(u.count for u in plan.units)
-    base = full if has(version, "block-below-base") else min(u.count for u in plan.units)
-    per_pod = max(1, min(plan.units_per_pod, len(plan.units)))
-    top = base * per_pod
+    """The base block size, then every power-of-two multiple up to the blocks of one pod (a larger
+    block would span the oversubscribed tier above the pod). The base is a block's node count (an
+    NVLink domain's trays where there are domains); before 25.05 every block had to hold a whole base
+    block, so a partial last one sets it instead."""
+    members = block_members(plan)
+    sized = [d for d in members if isinstance(d, NvlinkDomain)] or members
+    full = max(u.count for u in sized)
+    base = full if has(version, "block-below-base") else min(u.count for u in sized)
+    top = base * _per_pod(plan, members)
     sizes = [base]
     while sizes[-1] * 2 <= top and len(sizes) < 8:
         sizes.append(sizes[-1] * 2)
@@ -111,8 +134,8 @@ def block_sizes_problem(sizes: tuple[int, ...], block_nodes: list[int], version:
 
 
 def blocks(plan: Plan, version: str) -> Blocks:
-    found = Blocks(tuple(plan.units), block_sizes(plan, version))
-    problem = block_sizes_problem(found.sizes, [u.count for u in plan.units], version)
+    found = Blocks(tuple(block_members(plan)), block_sizes(plan, version))
+    problem = block_sizes_problem(found.sizes, [u.count for u in found.units], version)
     if problem:  # a bug in block_sizes, never the user's input: the spec cannot choose sizes
         raise AssertionError(f"rendered BlockSizes {found.sizes} would be refused: {problem}")
     return found

@@ -10,10 +10,10 @@ plan's links, so the totals always match `plan --json` and bom.csv.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpucluster.fabric import Plan
-from gpucluster.fabric.cabling import endpoint_media
+from gpucluster.fabric.cabling import endpoint_media, nvlink_rows
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,7 @@ class Bom:
     switches: list[SwitchLine]
     links: list[LinkClass]
     other: list[tuple[str, str, str, int]]  # (category, item, description, quantity)
+    nvlink: list[tuple[str, str, str, int]] = field(default_factory=list)  # (item, GPU, description, quantity)
 
     @property
     def switch_total(self) -> int:
@@ -89,4 +90,5 @@ def build_bom(plan: Plan) -> Bom:
     for key, n in nics.items():
         other.append(("nic", key, parts.nics[key].name, n))
     other.append(("rack", "node racks", "racks holding nodes (network racks not counted)", plan.rack_count))
-    return Bom(switches, classes, other)
+    nvlink = [(item, key, text, n) for _cat, item, key, text, n in nvlink_rows(plan)]
+    return Bom(switches, classes, other, nvlink)

@@ -25,6 +25,9 @@ class Rack:
     leaves: tuple[str, ...] = ()  # the leaf of each rail, in rail order (several units: all of them)
     tor: bool = False  # the leaf sits in this rack (copper); otherwise at the end of the row
     leaf_list: str = ""  # the leaves as a hostlist: "su0001-r[0-7]"
+    nvlink: str = ""  # the NVLink domain the rack is (NVL72), else ""
+    nvlink_gpus: int = 0
+    nvlink_switch_trays: int = 0  # the rack's own NVLink switch trays
 
     @property
     def hosts(self) -> str:
@@ -67,6 +70,7 @@ def build_racks(plan: Plan) -> RackPlan:
     first_unit = _first_units(plan)
     tor = endpoint_media(plan) == "DAC"
     out = RackPlan()
+    domains = {d.rack: d for d in plan.domains}
     for g in spec.node_groups:
         on_fabric = g.name in first_unit
         for number, first in plan.racks[g.name]:
@@ -77,8 +81,13 @@ def build_racks(plan: Plan) -> RackPlan:
                 units = _units(plan, g, first_unit[g.name], first, n)
                 leaves = tuple(leaf_name(plan, u, r) for u in units for r in range(len(u.leaves)))
                 listed = ",".join(_leaf_range(plan, u) for u in units)
-            out.racks.append(Rack(f"rack{number:04d}", g.name, g.role, g.host(first), g.host(first + n - 1), n,
-                                  g.nodes_per_rack, leaves, tor and on_fabric, listed))
+            name = f"rack{number:04d}"
+            d = domains.get(name)
+            gpu = spec.parts.gpus.get(g.gpu or "")
+            out.racks.append(Rack(name, g.name, g.role, g.host(first), g.host(first + n - 1), n,
+                                  g.nodes_per_rack, leaves, tor and on_fabric, listed,
+                                  nvlink=d.name if d else "", nvlink_gpus=d.gpus if d else 0,
+                                  nvlink_switch_trays=gpu.nvlink_domain.switch_trays if d and gpu else 0))
     return out
 
 

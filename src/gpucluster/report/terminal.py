@@ -121,6 +121,12 @@ def print_plan(out: Screen, plan: Plan, summary: dict, warnings: Sequence[Findin
     out.line("")
     out.line("links: " + ", ".join(f"{k} {v:,}" for k, v in summary["links"].items()))
     out.line(f"bisection bandwidth: {number(summary['bisection_tbps'])} Tb/s; racks: {summary['racks']:,}")
+    domains = summary.get("nvlink_domains")
+    if domains:
+        sizes = sorted({(d["trays"], d["gpus"]) for d in domains}, reverse=True)
+        shape = ", ".join(f"{t} trays / {g} GPUs" for t, g in sizes)
+        out.line(f"NVLink: {plural(len(domains), 'domain')} ({shape}), one per rack "
+                 f"({domains[0]['rack']} .. {domains[-1]['rack']})")
     flash = summary["storage"].get("flash")
     if flash:
         out.line(f"flash tier '{flash['name']}': {plural(flash['chunk_servers'], 'chunk server')}, "

@@ -63,7 +63,8 @@ def rule_units(spec: ClusterSpec) -> list[Unit]:
     units += [partial(_group, spec, i, g) for i, g in groups]
     units += [partial(_limits, ("node_groups", i), g) for i, g in groups]
     units += [partial(rule, spec) for rule in (_collisions, _roles, _partitions, _slurm, version_rules,
-                                                tree_rules, _parameters, _fabric)]
+                                                tree_rules, _parameters, _fabric, _nvlink, _imex,
+                                                _host_arch)]
     units.append(partial(stacks.check, spec))  # the drivers: and health: sections (issue 14)
     return units + _storage_units(spec)
 
@@ -313,6 +314,69 @@ def _fabric(spec: ClusterSpec) -> Iterator[Finding]:
     if fab.tiers == 2 and fab.nodes_per_pod:
         yield Finding(("fabric", "nodes_per_pod"), "pods exist only with 3 tiers", "remove it or set tiers: 3",
                       "design")
+
+
+def _nvlink(spec: ClusterSpec) -> Iterator[Finding]:
+    """Rack-scale NVLink (NVL72): a rack holds one whole domain, and the scale-out fabric never splits one.
+    Why an error and not a fix-up: a rack of other than 18 trays is not an NVL72, and a scalable unit that
+    cuts a domain would put one NVLink domain under two sets of leaves, which no block topology can show."""
+    fab = spec.fabric
+    for i, g in enumerate(spec.node_groups):
+        model = spec.parts.gpus.get(g.gpu or "")
+        rack = model.nvlink_domain if model and g.gpus_per_node else None
+        if rack is None:
+            continue
+        trays = rack.compute_trays
+        if g.nodes_per_rack != trays:
+            yield Finding(("node_groups", i, "nodes_per_rack"),
+                          f"a {g.gpu} rack is one NVLink domain of {trays} compute trays, not {g.nodes_per_rack}",
+                          f"set nodes_per_rack: {trays}", "nvlink-domain")
+        if g.gpus_per_node != rack.gpus_per_tray:
+            yield Finding(("node_groups", i, "gpus_per_node"),
+                          f"a {g.gpu} compute tray has {rack.gpus_per_tray} GPUs, not {g.gpus_per_node}",
+                          f"set gpus_per_node: {rack.gpus_per_tray}", "nvlink-domain")
+        if g.count % trays:
+            yield Finding(("node_groups", i, "count"),
+                          f"{g.count} trays are not whole NVLink domains of {trays}: the last rack's domain has "
+                          f"{g.count % trays}", f"use a multiple of {trays}", "nvlink-domain", level="warning")
+        if g in spec.fabric_groups and fab.design == "rail-optimized" and fab.scalable_unit_nodes \
+                and fab.scalable_unit_nodes % trays:
+            yield Finding(("fabric", "scalable_unit_nodes"),
+                          f"{fab.scalable_unit_nodes} nodes per scalable unit split the {trays}-tray NVLink "
+                          f"domains of group '{g.name}' across units", f"use a multiple of {trays}",
+                          "nvlink-domain")
+
+
+def _imex(spec: ClusterSpec) -> Iterator[Finding]:
+    """SwitchType=switch/nvidia_imex where Debian's build of the line lacks the plugin (measured: 22.05 has
+    none, 24.11 and 26.05 have it; docs/slurm-versions.md). slurmctld would refuse to start."""
+    key = next((k for k in spec.slurm.parameters if k.lower() == "switchtype"), None)
+    if key is None or str(spec.slurm.parameters[key]).strip() != "switch/nvidia_imex":
+        return
+    version = spec.slurm.version_tuple
+    if version < (23, 11):
+        yield Finding(("slurm", "parameters", key), f"Slurm {spec.slurm.version} (Debian's build) has no "
+                      "switch/nvidia_imex plugin", "use Slurm 24.11 or later, or drop SwitchType", "nvlink-imex")
+    elif version < (24, 11):
+        yield Finding(("slurm", "parameters", key), f"switch/nvidia_imex was not verified on Slurm "
+                      f"{spec.slurm.version} (measured on 24.11 and 26.05)", "use 24.11 or later to be sure",
+                      "nvlink-imex", level="warning")
+
+
+def _host_arch(spec: ClusterSpec) -> Iterator[Finding]:
+    """Grace-based trays (GB200/GB300) are arm64; the lock's CUDA repository (catalog.REPOSITORIES) is the
+    x86_64 one, so the roles would configure a repository whose packages cannot install there. A warning,
+    not an error: planning, Slurm and the fabric are right; only the driver install is not ready."""
+    for i, g in enumerate(spec.node_groups):
+        model = spec.parts.gpus.get(g.gpu or "")
+        if model is None or not g.gpus_per_node or model.host_arch == "x86_64":
+            continue
+        source = (spec.drivers.groups.get(g.name) or spec.drivers).source or spec.drivers.source
+        if source in (None, "cuda-repo", "rocm-repo", "local-mirror"):
+            yield Finding(("node_groups", i, "gpu"), f"{g.gpu} nodes are {model.host_arch}, but the version lock's "
+                          "vendor repository is the x86_64 one; the driver roles cannot install there yet",
+                          "install the drivers with your vendor's arm64 (sbsa) images until the lock has an arm64 "
+                          "repository", "host-arch", level="warning")
 
 
 def _storage_units(spec: ClusterSpec) -> list[Unit]:

@@ -17,9 +17,7 @@ from gpucluster.catalog import (
     DEBIAN_RELEASES,
     OFED_DEFAULT,
     OFED_PACKAGES,
-    RELEASES,
     REPOSITORIES,
-    STACKS,
     Release,
     Repository,
 )
@@ -47,6 +45,7 @@ class Resolved:
     branch: Choice
     fm_branch: Choice
     ofed: Choice
+    lock: dict[str, dict[str, Release]]  # the spec's merged lock: built-in rows plus catalog.releases
 
     @property
     def release(self) -> Release | None:
@@ -55,7 +54,7 @@ class Resolved:
         if self.source.value == "debian":
             debian = DEBIAN_RELEASES[self.vendor]
             return debian if self.branch.value == debian.branch else None
-        return RELEASES[self.vendor].get(self.branch.value)
+        return self.lock.get(self.vendor, {}).get(self.branch.value)
 
 
 def needs_fabric_manager(spec: ClusterSpec, group: NodeGroup) -> bool:
@@ -87,13 +86,13 @@ def resolve(spec: ClusterSpec, group: NodeGroup) -> Resolved:
         if branch.value is None:
             if source.value == "debian":
                 branch = Choice(DEBIAN_RELEASES[vendor].branch, gpu_path)
-            elif group.gpu in STACKS:
-                branch = Choice(STACKS[group.gpu].default, gpu_path)
+            elif group.gpu in spec.parts.stacks:
+                branch = Choice(spec.parts.stacks[group.gpu].default, gpu_path)
         if fm.value is None and branch.value is not None:
             fm = Choice(branch.value, branch.path)
     if ofed.value is None:
         ofed = Choice("inbox", None)
-    return Resolved(group, index, vendor, source, branch, fm, ofed)
+    return Resolved(group, index, vendor, source, branch, fm, ofed, spec.parts.releases)
 
 
 # ---------------------------------------------------------------- the rules
@@ -162,15 +161,20 @@ def _source_rules(spec: ClusterSpec, r: Resolved) -> Iterator[Finding]:
                           f"{r.branch.value}", f"drop the branch or set it to {debian.branch}, or use source: "
                           f"{VENDOR_REPO[vendor]}", "version-lock")
             return
-    elif g.gpu not in STACKS:
+    elif g.gpu not in spec.parts.stacks:
         yield Finding(("node_groups", r.index, "gpu"), f"no version lock for GPU '{g.gpu}': the vendor repository's "
-                      "versions for it are unknown", "use drivers source: debian for that group, or add the SKU to "
-                      "STACKS in src/gpucluster/catalog.py", "version-lock")
+                      "versions for it are unknown", f"add catalog.stacks.{g.gpu} (default and releases; a release the "
+                      "built-in lock lacks goes under catalog.releases), or use drivers source: debian", "version-lock")
         return
-    elif r.branch.value not in STACKS[g.gpu].releases:
+    elif r.branch.value not in spec.parts.stacks[g.gpu].releases:
         what = "driver branch" if vendor == "nvidia" else "ROCm release"
         yield Finding(r.branch.path, f"{what} {r.branch.value} is not in the version lock for {g.gpu}",
-                      f"use one of {', '.join(STACKS[g.gpu].releases)}", "version-lock")
+                      f"use one of {', '.join(spec.parts.stacks[g.gpu].releases)}", "version-lock")
+        return
+    elif r.release is None or r.release.vendor != vendor:
+        yield Finding(r.branch.path, f"the lock for {g.gpu} names {vendor} release {r.branch.value}, which has no row",
+                      f"add catalog.releases.{vendor}.'{r.branch.value}' (driver, runtime, collective pins)",
+                      "version-lock")
         return
     yield from _fabric_manager_rules(spec, r)
 

@@ -1,0 +1,212 @@
+"""NVLink domains as built: what each node's GPUs report (`nvidia-smi -q`, or `-q -x`), grouped into
+the cliques the NVLink fabric formed, and compared with the racks the plan put the nodes in.
+
+On an NVL72 rack every GPU of every compute tray reports the same ClusterUUID and CliqueId once the
+fabric is up (Fabric State `Completed`, Status `Success`); NVIDIA Topograph and the GPU feature discovery
+label a node with `<ClusterUUID>.<CliqueId>` the same way. A GPU outside a multi-node NVLink fabric reports
+`N/A`. Input is one file per node in a folder, named after the node (`gb0001.txt`, `gb0001.xml`): data,
+never code. A file that cannot be read at all is a UsageError (exit 2) naming it; a node whose GPUs report
+no clique is a finding.
+
+Findings, each fault once (the verify tests inject one of each and expect only it):
+- `nvlink-wrong-domain`: a node reports the clique of another rack's domain than the one it was planned in;
+- `nvlink-no-clique`: a planned NVLink node whose GPUs report no clique (fabric not up, or not cabled);
+- `nvlink-domain-short`: a domain with fewer trays than planned, counting trays that reported nothing
+  (a tray out); trays already reported above are not counted again.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpucluster.asbuilt.findings import Finding
+from gpucluster.errors import UsageError
+from gpucluster.fabric.plan import Plan
+
+MAX_FILE = 8 << 20  # an nvidia-smi -q of 8 GPUs is ~60 KB; anything far larger is not one
+NONE_VALUES = {"", "n/a", "na", "none", "not supported", "[n/a]"}
+_LINE = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z][A-Za-z0-9 ()/_.-]*?)\s*(?::\s*(?P<value>.*?))?\s*$")
+
+
+@dataclass(frozen=True)
+class GpuFabric:
+    """One GPU's Fabric section."""
+
+    state: str = ""
+    status: str = ""
+    clique: str = ""
+    cluster: str = ""
+
+    @property
+    def key(self) -> str | None:
+        """`<ClusterUUID>.<CliqueId>` (Topograph's cluster id), or None when the GPU is in no clique."""
+        if self.clique.lower() in NONE_VALUES or self.cluster.lower() in NONE_VALUES:
+            return None
+        return f"{self.cluster}.{self.clique}"
+
+
+@dataclass
+class NodeReport:
+    node: str
+    source: str
+    gpus: list[GpuFabric]
+
+    @property
+    def cliques(self) -> set[str | None]:
+        return {g.key for g in self.gpus}
+
+    @property
+    def clique(self) -> str | None:
+        """The node's clique: the one all its GPUs agree on, else None."""
+        keys = self.cliques
+        return next(iter(keys)) if len(keys) == 1 else None
+
+
+@dataclass
+class Discovery:
+    nodes: dict[str, NodeReport] = field(default_factory=dict)
+
+    @property
+    def cliques(self) -> dict[str, list[str]]:
+        """clique -> its nodes (sorted), nodes without one left out."""
+        out: dict[str, list[str]] = {}
+        for name, rep in sorted(self.nodes.items()):
+            if rep.clique is not None:
+                out.setdefault(rep.clique, []).append(name)
+        return out
+
+    @property
+    def no_clique(self) -> list[str]:
+        return sorted(n for n, rep in self.nodes.items() if rep.clique is None)
+
+    def as_dict(self) -> dict:
+        return {"nodes": len(self.nodes), "cliques": self.cliques, "no_clique": self.no_clique,
+                "mixed": sorted(n for n, r in self.nodes.items() if len(r.cliques) > 1)}
+
+
+def parse_text(text: str) -> list[GpuFabric]:
+    """The Fabric blocks of `nvidia-smi -q`: a `Fabric` line, then its keys indented below it."""
+    out: list[GpuFabric] = []
+    block: dict[str, str] | None = None
+    indent = 0
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if not m:
+            continue
+        key, value, here = m["key"].strip(), m["value"], len(m["indent"])
+        if block is not None and here <= indent:
+            out.append(_gpu(block))
+            block = None
+        if key == "Fabric" and value is None:
+            block, indent = {}, here
+        elif block is not None and value is not None:
+            block.setdefault(key.lower(), value.strip())
+    if block is not None:
+        out.append(_gpu(block))
+    return out
+
+
+def _gpu(block: dict[str, str]) -> GpuFabric:
+    return GpuFabric(block.get("state", ""), block.get("status", ""), block.get("cliqueid", ""),
+                     block.get("clusteruuid", ""))
+
+
+def parse_xml(text: str, where: str) -> list[GpuFabric]:
+    """`nvidia-smi -q -x`: each <gpu>'s <fabric> element. Tag names are matched without case or
+    underscores (cliqueId, clique_id). A document with a DTD or entities is refused: this is data."""
+    if "<!ENTITY" in text.upper():
+        raise UsageError(f"{where}: an XML entity declaration; nvidia-smi -q -x writes none")
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as exc:
+        raise UsageError(f"{where}: not XML nvidia-smi -q -x output ({exc}); give the file as written") from None
+    out = []
+    for gpu in root.iter("gpu"):
+        fabric = next((c for c in gpu if _norm(c.tag) == "fabric"), None)
+        if fabric is None:
+            out.append(GpuFabric())
+            continue
+        vals = {_norm(c.tag): (c.text or "").strip() for c in fabric}
+        out.append(GpuFabric(vals.get("state", ""), vals.get("status", ""), vals.get("cliqueid", ""),
+                             vals.get("clusteruuid", "")))
+    return out
+
+
+def _norm(tag: str) -> str:
+    return tag.replace("_", "").lower()
+
+
+def read_node(path: Path) -> NodeReport:
+    where = str(path)
+    try:
+        if path.stat().st_size > MAX_FILE:
+            raise UsageError(f"{where}: larger than {MAX_FILE >> 20} MB: not one node's nvidia-smi -q")
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise UsageError(f"{where}: cannot read ({exc.strerror})") from None
+    gpus = parse_xml(text, where) if text.lstrip().startswith("<") else parse_text(text)
+    if not gpus:
+        raise UsageError(f"{where}: no GPU Fabric section; give the output of `nvidia-smi -q` (or -q -x) of that node")
+    return NodeReport(path.name.split(".")[0], where, gpus)
+
+
+def discover(folder: str | Path) -> Discovery:
+    """One report per file of the folder (hidden files skipped); the node is the file name up to its first dot."""
+    src = Path(folder)
+    if not src.is_dir():
+        raise UsageError(f"{src}: not a folder; give a folder with one nvidia-smi -q output per node")
+    found = Discovery()
+    for path in sorted(p for p in src.iterdir() if p.is_file() and not p.name.startswith(".")):
+        rep = read_node(path)
+        if rep.node in found.nodes:
+            raise UsageError(f"{path}: a second file for node {rep.node} ({found.nodes[rep.node].source})")
+        found.nodes[rep.node] = rep
+    if not found.nodes:
+        raise UsageError(f"{src}: no files; give one nvidia-smi -q output per node, named after the node")
+    return found
+
+
+def verify(plan: Plan, found: Discovery) -> list[Finding]:
+    """Each planned domain against the cliques its nodes report. A domain's clique is the one most of its
+    reporting nodes share; a node reporting another clique is in the wrong domain, one reporting none has
+    no clique, and a domain whose trays did not all report is short by those trays."""
+    findings: list[Finding] = []
+    for d in plan.domains:
+        group = plan.spec.group(d.group)
+        hosts = [group.host(i) for i in range(d.first, d.first + d.count)]
+        reports = {h: found.nodes[h] for h in hosts if h in found.nodes}
+        votes = Counter(r.clique for r in reports.values() if r.clique is not None)
+        own = votes.most_common(1)[0][0] if votes else None
+        for h, rep in reports.items():
+            if rep.clique is None:
+                states = sorted({g.state or "?" for g in rep.gpus})
+                findings.append(Finding(
+                    "nvlink-no-clique", f"{h} ({d.rack}, domain {d.name}): its GPUs report no NVLink clique "
+                    f"(Fabric state {', '.join(states)})", "check the tray's NVLink cables and the IMEX/fabric "
+                    "services; nvidia-smi -q shows Fabric State Completed once it has joined", rep.source,
+                    {"node": h, "domain": d.name, "rack": d.rack}))
+            elif rep.clique != own:
+                others = [o.name for o in plan.domains if o is not d and _clique_of(plan, o, found) == rep.clique]
+                there = f"the domain of {others[0]}" if others else "a clique no planned rack has"
+                findings.append(Finding(
+                    "nvlink-wrong-domain", f"{h} was planned in {d.rack} (domain {d.name}) but its GPUs are in "
+                    f"{there} ({rep.clique})", f"move the tray to {d.rack}, or cable it to that rack's NVLink "
+                    "switch trays", rep.source, {"node": h, "domain": d.name, "clique": rep.clique}))
+        missing = [h for h in hosts if h not in found.nodes]
+        if missing:
+            findings.append(Finding(
+                "nvlink-domain-short", f"domain {d.name} ({d.rack}) has {d.count - len(missing)} of {d.count} "
+                f"trays: {', '.join(missing)} reported nothing", "bring the tray back, or drain it from block "
+                "jobs until it is", "", {"domain": d.name, "missing": missing}))
+    return findings
+
+
+def _clique_of(plan: Plan, d, found: Discovery) -> str | None:
+    group = plan.spec.group(d.group)
+    votes = Counter(found.nodes[h].clique for h in (group.host(i) for i in range(d.first, d.first + d.count))
+                    if h in found.nodes and found.nodes[h].clique is not None)
+    return votes.most_common(1)[0][0] if votes else None
