@@ -268,7 +268,7 @@ def test_a_newer_branch_does_not_leak_in(apt: Apt, stack: dict, package: str) ->
 
 def test_a_fabric_manager_of_another_version_is_refused(apt: Apt, stack: dict) -> None:
     apt.pins(_role_pins(stack))
-    rc, inst, said = apt.simulate(*_install_args(stack), f"nvidia-fabricmanager-570={NEWER_POINT}")
+    rc, _, said = apt.simulate(*_install_args(stack), f"nvidia-fabricmanager-570={NEWER_POINT}")
     assert rc != 0, said
     assert "nvidia-fabricmanager-570" in said and "nvidia-kernel-support" in said, said
 
