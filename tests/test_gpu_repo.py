@@ -195,22 +195,95 @@ def apt(tmp_path_factory, stack) -> Apt:
     return Apt(root, _build_repo(root, _stanzas(stack)))
 
 
+# ---------------------------------------------------------------- the role's own expressions
+
+
+def _task(path: Path, pred) -> dict:
+    def walk(tasks):
+        for t in tasks or []:
+            yield t
+            yield from walk(t.get("block"))
+
+    return next(t for t in walk(yaml.safe_load(path.read_text())) if pred(t))
+
+
+def _jinja():
+    import jinja2.nativetypes
+
+    env = jinja2.nativetypes.NativeEnvironment()
+    for plugin in ("gpucluster_stacks", "gpucluster_spec"):
+        spec = importlib.util.spec_from_file_location(f"{plugin}_repo", ROOT / "plugins" / "filter" / f"{plugin}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        env.filters.update(module.FilterModule().filters())
+    # Ansible's own filter that the role's conditions use.
+    env.filters["bool"] = lambda v: v if isinstance(v, bool) else str(v).strip().lower() in ("1", "yes", "true", "on")
+    return env
+
+
+def role_eval(expr, variables: dict):
+    """A task's Jinja expression (a string with {{ }}, or an assert's bare condition) evaluated the way
+    Ansible would on these variables, with the project's filter plugins."""
+    text = str(expr).strip()
+    if "{{" not in text:
+        text = "{{ " + text + " }}"
+    return _jinja().from_string(text).render(**variables)
+
+
+def role_variables(stack: dict, release: int = 12) -> dict:
+    """The role's vars (vars/Debian.yml, then vars/Debian-<release>.yml), its defaults, and this host's stack
+    as preflight sets it."""
+    extra = ROLE / "vars" / f"Debian-{release}.yml"
+    variables = {**DEFAULTS, **ROLE_VARS, **(yaml.safe_load(extra.read_text()) if extra.exists() else {})}
+    preflight = _task(ROLE / "tasks" / "preflight.yml",
+                      lambda t: "__nvidia_gpu_stack" in (t.get("ansible.builtin.set_fact") or {}))
+    expr = preflight["ansible.builtin.set_fact"]["__nvidia_gpu_stack"]
+    variables["__nvidia_gpu_stack"] = role_eval(expr, {**variables, "__nvidia_gpu_stacks": {"h100": stack},
+                                                       "gpucluster_node_group": "h100"})
+    return variables
+
+
 def _role_pins(stack: dict) -> dict[str, str]:
-    """The files the role writes to /etc/apt/preferences.d, under their names there (apt reads them sorted)."""
-    parts = ROLE_VARS["__nvidia_gpu_parts"]
-    return {
-        Path(ROLE_VARS["__nvidia_gpu_apt_preferences"]).name: filters.driver_files(stack, "nvidia_gpu", parts)["pins"],
-        Path(ROLE_VARS["__nvidia_gpu_branch_lock"]).name: filters.branch_lock(stack, ROLE_VARS["__nvidia_gpu_closure"]),
-    }
+    """The files main.yml writes to /etc/apt/preferences.d (apt reads them sorted by name), from its own tasks."""
+    main = ROLE / "tasks" / "main.yml"
+    variables = role_variables(stack)
+    files = _task(main, lambda t: "__nvidia_gpu_files" in (t.get("ansible.builtin.set_fact") or {}))
+    variables["__nvidia_gpu_files"] = role_eval(files["ansible.builtin.set_fact"]["__nvidia_gpu_files"], variables)
+    out = {}
+    for var in ("__nvidia_gpu_apt_preferences", "__nvidia_gpu_branch_lock"):
+        task = _task(main, lambda t, v=var: (t.get("ansible.builtin.copy") or {}).get("dest") == f"{{{{ {v} }}}}")
+        out[Path(variables[var]).name] = str(role_eval(task["ansible.builtin.copy"]["content"], variables))
+    return out
+
+
+def _install_block(stack: dict) -> tuple[list[dict], dict]:
+    variables = role_variables(stack)
+    block_task = _task(ROLE / "tasks" / "install.yml", lambda t: "block" in t)
+    for name, expr in block_task.get("vars", {}).items():
+        variables[name] = role_eval(expr, variables)
+    return block_task["block"], variables
+
+
+def _role_install(stack: dict) -> list[str]:
+    """NAME=VERSION as the role's install task asks apt for them."""
+    block, variables = _install_block(stack)
+    task = next(t for t in block if "driver" in t["name"] and "ansible.builtin.apt" in t)
+    return list(role_eval(task["ansible.builtin.apt"]["name"], variables))
+
+
+def _role_hold(stack: dict) -> tuple[list[str], str]:
+    """The packages the role's hold task loops over, and the selection it sets."""
+    block, variables = _install_block(stack)
+    task = next(t for t in block if "ansible.builtin.dpkg_selections" in t)
+    return list(role_eval(task["loop"], variables)), task["ansible.builtin.dpkg_selections"]["selection"]
 
 
 def _role_packages(stack: dict) -> dict[str, str]:
-    return filters.nvidia_packages(stack, ROLE_VARS["__nvidia_gpu_parts"], ROLE_VARS["__nvidia_gpu_names"],
-                                   DEFAULTS["nvidia_gpu_headless"])
+    return dict(p.split("=", 1) for p in _role_install(stack))
 
 
 def _install_args(stack: dict) -> list[str]:
-    return ["install", *(f"{p}={v}" for p, v in _role_packages(stack).items())]
+    return ["install", *_role_install(stack)]
 
 
 def _driver_shaped(version: str) -> bool:
@@ -224,8 +297,8 @@ def test_the_stand_in_repository_has_the_trap(apt: Apt, stack: dict) -> None:
     """Pins on the lock's top-level packages only (the role before the branch lock): the newer branch comes in
     through the dependencies the lock does not name, and the install breaks. Without this the tests below
     would prove nothing."""
-    parts = ROLE_VARS["__nvidia_gpu_parts"]
-    apt.pins({"gpucluster-nvidia": filters.driver_files(stack, "nvidia_gpu", parts)["pins"]})
+    part_pins = Path(ROLE_VARS["__nvidia_gpu_apt_preferences"]).name
+    apt.pins({part_pins: _role_pins(stack)[part_pins]})
     rc, inst, said = apt.simulate(*_install_args(stack))
     newer = _newer_branch()
     assert rc != 0 or newer in inst.values(), said
@@ -266,6 +339,19 @@ def test_a_newer_branch_does_not_leak_in(apt: Apt, stack: dict, package: str) ->
     assert rc != 0, said
 
 
+@pytest.mark.parametrize("package", ["nvidia-modprobe", "libcuda1", "nvidia-fabricmanager-570", "nvidia-driver"])
+def test_no_other_driver_version_can_be_chosen(apt: Apt, stack: dict, package: str) -> None:
+    """apt's own view of the pins: the locked version at 1001, every other version at -1 (never chosen: where a
+    mirror has lost the locked version, or a dependency exists only in another branch, the install fails instead
+    of mixing branches)."""
+    apt.pins(_role_pins(stack))
+    policy = apt.run("apt-cache", "policy", package).stdout
+    table = dict(re.findall(r"^ {5}(?:\*\*\* )?(\S+) (-?\d+)$", policy.replace(" *** ", "     "), re.M))
+    locked = stack["pins"]["driver"]["version"]
+    assert table.pop(locked) == "1001" and NEWER_POINT in table, policy
+    assert set(table.values()) == {"-1"}, policy
+
+
 def test_a_fabric_manager_of_another_version_is_refused(apt: Apt, stack: dict) -> None:
     apt.pins(_role_pins(stack))
     rc, _, said = apt.simulate(*_install_args(stack), f"nvidia-fabricmanager-570={NEWER_POINT}")
@@ -280,12 +366,6 @@ def test_the_branch_pinning_package_is_left_installable(apt: Apt, stack: dict) -
     assert rc == 0 and inst == {"nvidia-driver-pinning-570": "570-1"}, said
 
 
-def _hold_task() -> dict:
-    tasks = yaml.safe_load((ROLE / "tasks" / "install.yml").read_text())
-    block = next(t for t in tasks if "block" in t)["block"]
-    return next(t for t in block if "ansible.builtin.dpkg_selections" in t)["ansible.builtin.dpkg_selections"]
-
-
 def test_the_hold_keeps_the_driver_when_the_pins_are_gone(apt: Apt, stack: dict, tmp_path: Path) -> None:
     """The second layer: with the apt preferences lost (or overridden), the dpkg selection the role's hold task
     sets (applied with real dpkg on this private database) still keeps every package it installs."""
@@ -295,8 +375,8 @@ def test_the_hold_keeps_the_driver_when_the_pins_are_gone(apt: Apt, stack: dict,
     status = apt.root / "dpkg" / "status"
     status.write_text("".join(f"Package: {p}\nStatus: install ok installed\nVersion: {v}\nArchitecture: all\n"
                               "Maintainer: stand-in\nDescription: stand-in\n\n" for p, v in inst.items()))
-    selection = _hold_task()["selection"]
-    held = list(_role_packages(stack))
+    held, selection = _role_hold(stack)
+    assert held, "the role holds nothing"
     subprocess.run(["dpkg", f"--admindir={status.parent}", "--set-selections"], check=True, text=True,
                    input="".join(f"{p} {selection}\n" for p in held), capture_output=True)
     try:
@@ -306,3 +386,20 @@ def test_the_hold_keeps_the_driver_when_the_pins_are_gone(apt: Apt, stack: dict,
         assert rc == 0 and moved == {}, f"not held, moved by an upgrade: {moved}\n{said}"
     finally:
         status.write_text("")
+
+
+@pytest.mark.parametrize(("release", "refused"), [(12, False), (13, True)])
+def test_preflight_refuses_a_release_nvidia_publishes_no_locked_branch_for(stack: dict, release: int,
+                                                                           refused: bool) -> None:
+    """The role's own assert, evaluated: on Debian 13 the lock's 570 is refused with the fix; Debian 12 passes."""
+    variables = role_variables(stack, release)
+    task = _task(ROLE / "tasks" / "main.yml", lambda t: "gpucluster_release_refusal" in str(t.get("vars")))
+    variables.update({k: role_eval(v, variables) for k, v in task["vars"].items()})
+    passed = all(role_eval(cond, variables) for cond in task["ansible.builtin.assert"]["that"])
+    assert passed is not refused
+    message = str(role_eval(task["ansible.builtin.assert"]["fail_msg"], {**variables, "inventory_hostname": "gpu01"}))
+    if refused:
+        assert message.startswith("gpu01: node group 'h100' is locked to driver branch 570"), message
+    assert role_eval(task["when"], {**variables, "__nvidia_gpu_present": True}) is True
+    sources = variables["__nvidia_gpu_stack"]["repositories"][0]["uri"]
+    assert f"/debian{release}/" in sources

@@ -234,6 +234,20 @@ def test_the_branch_lock_pins_only_driver_shaped_versions() -> None:
     assert filters.branch_lock({"vendor": "amd", "pins": {"driver": {"version": "1"}}}, ["*"]) == ""
 
 
+@pytest.mark.parametrize("role", ["nvidia_gpu", "amd_gpu"])
+def test_what_a_gpu_role_installs_at_a_locked_version_it_holds(role: str) -> None:
+    """The apt task installs {package: version} through gpucluster_apt_names; the dpkg task holds exactly those
+    packages (tests/test_gpu_repo.py shows, with real dpkg and apt, what a hold keeps for nvidia_gpu)."""
+    block = next(t for t in _yaml(ROOT / "roles" / role / "tasks" / "install.yml") if "block" in t)["block"]
+    installs = [t["ansible.builtin.apt"]["name"] for t in block
+                if "gpucluster_apt_names" in str((t.get("ansible.builtin.apt") or {}).get("name"))]
+    assert len(installs) == 1, installs
+    pinned = re.fullmatch(r"\{\{ (\w+) \| gpucluster_apt_names \}\}", installs[0]).group(1)
+    holds = [t for t in block if "ansible.builtin.dpkg_selections" in t]
+    assert [(t["ansible.builtin.dpkg_selections"], t["loop"]) for t in holds] == [
+        ({"name": "{{ item }}", "selection": "hold"}, f"{{{{ {pinned}.keys() | list }}}}")]
+
+
 def test_health_filter_is_the_health_package(tmp_path: Path) -> None:
     """The role's health data is what gpucluster.render.health compiled (never the spec parsed again)."""
     from gpucluster.cluster import load_cluster
