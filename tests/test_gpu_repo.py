@@ -9,7 +9,8 @@ dpkg-deb whose names, versions and dependencies copy the structure of NVIDIA's D
 - the full driver metapackage nvidia-driver, which pulls in an X server, beside the compute-only nvidia-driver-cuda;
 - the branch-pinning package NVIDIA documents (nvidia-driver-pinning-<branch>, version <branch>-1);
 - Fabric Manager and NSCQ under the repository's names (nvidia-fabricmanager-570 and libnvidia-nscq-570 before
-  580, plain names from 580), locked to the driver by an exact dependency on its nvidia-kernel-support;
+  580, providing the plain names; plain names from 580), locked to the driver by an exact dependency on its
+  nvidia-kernel-support (NVIDIA's own packages state that lock in cuda-drivers-fabricmanager-<branch>, (= V));
 - DCGM at the lock's version, and Debian's own packages the driver needs (dkms, nvidia-support, X server).
 
 apt-get runs with a private configuration (sources, state, cache and preferences in tmp_path; a trusted file:
