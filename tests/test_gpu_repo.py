@@ -19,7 +19,9 @@ source; no root state read or touched) through the role's OWN pins: the part pin
 installs what the role installs (gpucluster_nvidia_packages with the role's vars), so the role's data is what is
 tried. The dpkg hold is applied as the role's task states it, with real dpkg on a private database.
 
-Not run: a real install (dpkg unpack) in a chroot, and anything on NVIDIA's real repository (docs/drivers.md).
+One test installs for real: apt-get and dpkg unpack the stand-ins into a target root (dpkg --root, as any
+user; the stand-ins have no files or maintainer scripts). Not run: anything on NVIDIA's real repository, a
+driver's maintainer scripts or DKMS build (docs/drivers.md).
 """
 
 from __future__ import annotations
@@ -148,20 +150,26 @@ class Apt:
     def __init__(self, root: Path, repo: Path) -> None:
         self.root = root
         etc = root / "etc"
-        for d in ("etc/preferences.d", "etc/apt.conf.d", "state/lists/partial", "cache/archives/partial",
-                  "dpkg/info", "dpkg/updates"):
+        # dpkg's database inside a target root: a real install (apt-get without -s) unpacks there, as any user
+        # (dpkg --root --force-not-root; the stand-ins have no maintainer scripts).
+        self.admindir = root / "target" / "var" / "lib" / "dpkg"
+        for d in ("etc/preferences.d", "etc/apt.conf.d", "state/lists/partial", "cache/archives/partial", "log"):
             (root / d).mkdir(parents=True, exist_ok=True)
-        (root / "dpkg" / "status").write_text("")
+        for d in ("info", "updates"):
+            (self.admindir / d).mkdir(parents=True, exist_ok=True)
+        (self.admindir / "status").write_text("")
         (etc / "sources.list").write_text(f"deb [trusted=yes] file:{repo} ./\n")
         self.conf = root / "apt.conf"
         self.conf.write_text("".join(f'{k} "{v}";\n' for k, v in {
             "Dir::Etc::sourcelist": etc / "sources.list", "Dir::Etc::sourceparts": etc / "none",
             "Dir::Etc::preferences": etc / "preferences", "Dir::Etc::preferencesparts": etc / "preferences.d",
             "Dir::Etc::parts": etc / "apt.conf.d", "Dir::State": root / "state",
-            "Dir::State::status": root / "dpkg" / "status", "Dir::Cache": root / "cache",
+            "Dir::State::status": self.admindir / "status", "Dir::Cache": root / "cache",
             "Dir::Log": root / "log", "Debug::NoLocking": "true", "APT::Architecture": "amd64",
             "APT::Sandbox::User": "root" if os.geteuid() == 0 else os.environ.get("USER", ""),
-        }.items()))
+        }.items()) + "DPkg::Options {" + " ".join(f'"{o}";' for o in (
+            f"--root={root / 'target'}", f"--admindir={self.admindir}", "--force-not-root",
+            "--force-script-chrootless")) + "};\n")
         self.run("apt-get", "update")
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -194,6 +202,10 @@ def stack() -> dict:
 def apt(tmp_path_factory, stack) -> Apt:
     root = tmp_path_factory.mktemp("apt")
     return Apt(root, _build_repo(root, _stanzas(stack)))
+
+
+def _repo_of(apt: Apt) -> Path:
+    return apt.root / "repo"
 
 
 # ---------------------------------------------------------------- the role's own expressions
@@ -367,26 +379,31 @@ def test_the_branch_pinning_package_is_left_installable(apt: Apt, stack: dict) -
     assert rc == 0 and inst == {"nvidia-driver-pinning-570": "570-1"}, said
 
 
-def test_the_hold_keeps_the_driver_when_the_pins_are_gone(apt: Apt, stack: dict, tmp_path: Path) -> None:
-    """The second layer: with the apt preferences lost (or overridden), the dpkg selection the role's hold task
-    sets (applied with real dpkg on this private database) still keeps every package it installs."""
-    apt.pins(_role_pins(stack))
-    rc, inst, said = apt.simulate(*_install_args(stack))
-    assert rc == 0, said
-    status = apt.root / "dpkg" / "status"
-    status.write_text("".join(f"Package: {p}\nStatus: install ok installed\nVersion: {v}\nArchitecture: all\n"
-                              "Maintainer: stand-in\nDescription: stand-in\n\n" for p, v in inst.items()))
+def _installed(apt: Apt) -> dict[str, str]:
+    out = apt.run("dpkg-query", f"--admindir={apt.admindir}", "-W", "-f", "${Package} ${Version}\\n").stdout
+    return dict(line.split(" ", 1) for line in out.splitlines() if line)
+
+
+def test_a_real_install_and_the_hold_keep_the_driver_when_the_pins_are_gone(tmp_path: Path, stack: dict,
+                                                                            apt: Apt) -> None:
+    """A real install (apt-get and dpkg unpack the stand-ins into a target root) of what the role installs, the
+    role's hold task applied with real dpkg, then the second layer: with the apt preferences lost (or
+    overridden), a real dist-upgrade moves none of the held packages."""
+    target = Apt(tmp_path, _repo_of(apt))
+    target.pins(_role_pins(stack))
+    target.run("apt-get", "install", "-y", *_install_args(stack)[1:])
+    installed = _installed(target)
+    locked = stack["pins"]["driver"]["version"]
+    assert {p: v for p, v in installed.items() if _driver_shaped(v) and v != locked} == {}, installed
+    assert set(_role_packages(stack)) <= set(installed), installed
     held, selection = _role_hold(stack)
     assert held, "the role holds nothing"
-    subprocess.run(["dpkg", f"--admindir={status.parent}", "--set-selections"], check=True, text=True,
+    subprocess.run(["dpkg", f"--admindir={target.admindir}", "--set-selections"], check=True, text=True,
                    input="".join(f"{p} {selection}\n" for p in held), capture_output=True)
-    try:
-        apt.pins({})
-        rc, upgraded, said = apt.simulate("dist-upgrade")
-        moved = {p: v for p, v in upgraded.items() if p in held}
-        assert rc == 0 and moved == {}, f"not held, moved by an upgrade: {moved}\n{said}"
-    finally:
-        status.write_text("")
+    target.pins({})
+    said = target.run("apt-get", "dist-upgrade", "-y").stdout
+    moved = {p: v for p, v in _installed(target).items() if p in held and v != installed[p]}
+    assert moved == {}, f"not held, moved by an upgrade: {moved}\n{said}"
 
 
 @pytest.mark.parametrize(("release", "refused"), [(12, False), (13, True)])
