@@ -3,7 +3,9 @@
 NVIDIA's repository is not reachable from here, so the test builds one: STAND-INS, empty packages made with
 dpkg-deb whose names, versions and dependencies copy the structure of NVIDIA's Debian repository:
 - two driver branches, the lock's (570.172.08-1) and the lock's newer row (580.95.05-1), plus a newer point
-  release of the locked branch (570.181.01-1); within each, packages depend on exact versions of each other
+  release of the locked branch (570.181.01-1); nvidia-modprobe versioned on its own within each branch
+  (570.124.06-1, 580.65.06-1), as Debian's archive has it; within a version, packages depend on exact
+  versions of each other
   (libcuda1 on libnvidia-ptxjitcompiler1 (= V)), and a few on "at least this branch" (nvidia-kernel-support on
   nvidia-modprobe (>= 570)), which is how a newer branch leaks in;
 - the full driver metapackage nvidia-driver, which pulls in an X server, beside the compute-only nvidia-driver-cuda;
@@ -43,6 +45,7 @@ pytestmark = pytest.mark.skipif(not (shutil.which("apt-get") and shutil.which("d
 
 ROLE = ROOT / "roles" / "nvidia_gpu"
 NEWER_POINT = "570.181.01-1"  # a stand-in later release of the locked branch (not in the lock)
+OWN_VERSION = {"570": "570.124.06-1", "580": "580.65.06-1"}  # nvidia-modprobe's own version in each branch
 
 
 def _filters():
@@ -89,7 +92,6 @@ def _driver_set(v: str) -> dict[str, str]:
         "nvidia-driver-cuda": f"nvidia-smi (= {v}), libcuda1 (= {v}), nvidia-persistenced (>= {branch})",
         "nvidia-kernel-open-dkms": f"nvidia-kernel-support (= {v}), firmware-nvidia-gsp (= {v}), dkms",
         "nvidia-kernel-support": f"nvidia-modprobe (>= {branch}), nvidia-support",
-        "nvidia-modprobe": "",
         "nvidia-smi": f"libnvidia-ml1 (= {v})",
         "libnvidia-ml1": "",
         "libcuda1": f"libnvidia-ptxjitcompiler1 (= {v}), nvidia-kernel-support (= {v})",
@@ -111,9 +113,12 @@ def _stanzas(stack: dict) -> list[dict[str, str]]:
                 plain = name.rsplit("-", 1)[0]
                 extra = {"Provides": plain, "Conflicts": plain, "Replaces": plain}
             out.append({"Package": name, "Version": v, "Depends": depends, **extra})
-        pinning = {"Package": f"nvidia-driver-pinning-{branch}", "Version": f"{branch}-1", "Depends": ""}
-        if pinning not in out:
-            out.append(pinning)
+        # once per branch: the pinning package, and nvidia-modprobe, versioned on its own within the branch
+        # (as in Debian's archive, where it has its own source)
+        for own in ({"Package": f"nvidia-driver-pinning-{branch}", "Version": f"{branch}-1", "Depends": ""},
+                    {"Package": "nvidia-modprobe", "Version": OWN_VERSION[branch], "Depends": ""}):
+            if own not in out:
+                out.append(own)
     dcgm = stack["pins"]["dcgm"]
     out += [{"Package": p, "Version": dcgm["version"], "Depends": ""} for p in dcgm["packages"]]
     out += [{"Package": p, "Version": v, "Depends": ""} for p, v in
@@ -323,12 +328,12 @@ def test_the_pinned_branch_installs_whole(apt: Apt, stack: dict) -> None:
     rc, inst, said = apt.simulate(*_install_args(stack))
     assert rc == 0, said
     locked = stack["pins"]["driver"]["version"]
-    assert {p: v for p, v in inst.items() if _driver_shaped(v) and v != locked} == {}, said
+    assert {p: v for p, v in inst.items() if _driver_shaped(v) and v not in (locked, OWN_VERSION["570"])} == {}, said
     # the whole closure came, at the locked version: the part the lock names and the part it does not
     for package in (*_role_packages(stack), "nvidia-kernel-support", "nvidia-modprobe", "libnvidia-ptxjitcompiler1",
                     "nvidia-persistenced"):
         assert package in inst, f"{package} is not installed: {said}"
-    assert inst["nvidia-modprobe"] == locked
+    assert inst["nvidia-modprobe"] == OWN_VERSION["570"]
     assert "nvidia-fabricmanager-570" in inst and inst["nvidia-fabricmanager-570"] == locked
     assert inst["datacenter-gpu-manager-4-core"] == stack["pins"]["dcgm"]["version"]
 
@@ -347,22 +352,26 @@ def test_a_newer_branch_does_not_leak_in(apt: Apt, stack: dict, package: str) ->
     for the newer branch by version: refused."""
     apt.pins(_role_pins(stack))
     rc, inst, said = apt.simulate("install", package)
-    assert rc == 0 and inst[package] == stack["pins"]["driver"]["version"], said
+    expected = OWN_VERSION["570"] if package == "nvidia-modprobe" else stack["pins"]["driver"]["version"]
+    assert rc == 0 and inst[package] == expected, said
     rc, inst, said = apt.simulate("install", f"libcuda1={_newer_branch()}")
     assert rc != 0, said
 
 
 @pytest.mark.parametrize("package", ["nvidia-modprobe", "libcuda1", "nvidia-fabricmanager-570", "nvidia-driver"])
-def test_no_other_driver_version_can_be_chosen(apt: Apt, stack: dict, package: str) -> None:
-    """apt's own view of the pins: the locked version at 1001, every other version at -1 (never chosen: where a
-    mirror has lost the locked version, or a dependency exists only in another branch, the install fails instead
-    of mixing branches)."""
+def test_no_version_of_another_branch_can_be_chosen(apt: Apt, stack: dict, package: str) -> None:
+    """apt's own view of the pins: the locked version at 1001, the branch's other versions at 500 (below it), every
+    version of another branch at -1 (never chosen: where a dependency exists only in another branch, the install
+    fails instead of mixing branches)."""
     apt.pins(_role_pins(stack))
     policy = apt.run("apt-cache", "policy", package).stdout
-    table = dict(re.findall(r"^ {5}(?:\*\*\* )?(\S+) (-?\d+)$", policy.replace(" *** ", "     "), re.M))
+    table = dict(re.findall(r"^ {5}(\S+) (-?\d+)$", policy.replace(" *** ", "     "), re.M))
     locked = stack["pins"]["driver"]["version"]
-    assert table.pop(locked) == "1001" and NEWER_POINT in table, policy
-    assert set(table.values()) == {"-1"}, policy
+    want = {v: ("1001" if v == locked else "500" if v.startswith("570.") else "-1") for v in table}
+    assert table == want, policy
+    assert package == "nvidia-fabricmanager-570" or "-1" in table.values(), policy  # 580 names it without branch
+    if package != "nvidia-modprobe":
+        assert table[locked] == "1001" and table[NEWER_POINT] == "500", policy
 
 
 def test_a_fabric_manager_of_another_version_is_refused(apt: Apt, stack: dict) -> None:
@@ -394,7 +403,7 @@ def test_a_real_install_and_the_hold_keep_the_driver_when_the_pins_are_gone(tmp_
     target.run("apt-get", "install", "-y", *_install_args(stack)[1:])
     installed = _installed(target)
     locked = stack["pins"]["driver"]["version"]
-    assert {p: v for p, v in installed.items() if _driver_shaped(v) and v != locked} == {}, installed
+    assert {p: v for p, v in installed.items() if _driver_shaped(v) and v not in (locked, OWN_VERSION["570"])} == {}
     assert set(_role_packages(stack)) <= set(installed), installed
     held, selection = _role_hold(stack)
     assert held, "the role holds nothing"

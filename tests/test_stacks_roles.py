@@ -230,6 +230,7 @@ def test_the_branch_lock_pins_only_driver_shaped_versions() -> None:
     text = filters.branch_lock(_nvidia_stack(), ["*nvidia*", "libcuda*"])
     records = [r for r in text.split("\n\n") if r.startswith("Package:")]
     assert records == ["Package: *nvidia* libcuda*\nPin: version 570.172.08-1\nPin-Priority: 1001",
+                       "Package: *nvidia* libcuda*\nPin: version /^570\\./\nPin-Priority: 500",
                        "Package: *nvidia* libcuda*\nPin: version /^[0-9]{3}\\.[0-9]+/\nPin-Priority: -1\n"]
     assert filters.branch_lock({"vendor": "amd", "pins": {"driver": {"version": "1"}}}, ["*"]) == ""
 

@@ -261,21 +261,24 @@ def nvidia_packages(stack: dict, parts: list[str], names: dict, headless: bool =
 
 
 def branch_lock(stack: dict, closure: list[str]) -> str:
-    """apt preferences that keep every package of the driver's dependency closure (closure: glob names, the role's
-    vars) on the locked driver version: that exact version at 1001, every other driver-shaped version at -1, so a
-    newer branch in the repository cannot come in through a dependency the lock does not name ('but 580 is to be
-    installed', or a mixed set). apt takes the first matching record, so the exact version must come first.
-    '' where the stack installs no NVIDIA driver."""
+    """apt preferences that keep the driver's whole dependency closure (closure: glob names, the role's vars) on
+    the locked branch: the lock's exact version at 1001; other versions of the same branch at 500, for the
+    packages versioned on their own within it (nvidia-modprobe, nvidia-settings, nvidia-persistenced have their
+    own sources in Debian's archive), which the exact version then outranks wherever both exist; every other
+    driver-shaped version (another branch) at -1, so a newer branch in the repository cannot come in through a
+    dependency the lock does not name ('but 580 is to be installed', or a mixed set). apt takes the first
+    matching record, hence the order. '' where the stack installs no NVIDIA driver."""
     stack = stack or {}
     pin = stack.get("pins", {}).get("driver")
     if stack.get("vendor") != "nvidia" or not pin or not closure:
         return ""
-    names, version = " ".join(closure), pin["version"]
-    return (f"# The NVIDIA driver's whole dependency closure on branch {stack.get('branch')}, for node group "
+    names, version, branch = " ".join(closure), pin["version"], stack.get("branch")
+    return (f"# The NVIDIA driver's whole dependency closure on branch {branch}, for node group "
             f"{stack.get('group')}: written by gpucluster (nvidia_gpu role).\n"
-            "# Every package built from the driver's sources stays at the locked version; no other version of the\n"
-            "# driver's shape (another point release or another branch) can be installed, even as a dependency.\n"
+            "# The locked version first; the branch's other versions only where that one does not exist; no\n"
+            "# version of another branch, not even as a dependency.\n"
             f"\nPackage: {names}\nPin: version {version}\nPin-Priority: 1001\n"
+            f"\nPackage: {names}\nPin: version /^{branch}\\./\nPin-Priority: 500\n"
             f"\nPackage: {names}\nPin: version {DRIVER_SHAPED}\nPin-Priority: -1\n")
 
 
