@@ -158,6 +158,97 @@ def test_pinned_takes_only_the_roles_parts() -> None:
     assert filters.pinned(stack, ["driver", "dcgm"]) == {"a": "1", "b": "1"}
 
 
+# ---------------------------------------------------------------- Debian releases and the repository's names
+
+
+def _release(role: str, major: int) -> dict:
+    """The role's data for one Debian release: vars/Debian.yml, overridden by vars/Debian-<major>.yml."""
+    base = _yaml(ROOT / "roles" / role / "vars" / "Debian.yml")
+    return {**base, **(_yaml(ROOT / "roles" / role / "vars" / f"Debian-{major}.yml") or {})}[f"__{role}_release"]
+
+
+def _nvidia_stack(**kw) -> dict:
+    stack = {"group": "h100", "vendor": "nvidia", "source": "cuda-repo", "branch": "570", "repositories": [
+        {"name": "gpucluster-cuda", "uri": "https://dl.example/compute/cuda/repos/debian12/x86_64/",
+         "key": "https://dl.example/compute/cuda/repos/debian12/x86_64/k.pub",
+         "probe": "https://dl.example/compute/cuda/repos/debian12/x86_64/Release"}],
+        "pins": {"driver": {"packages": ["nvidia-driver", "libcuda1"], "version": "570.172.08-1"},
+                 "fabric_manager": {"packages": ["nvidia-fabricmanager", "libnvidia-nscq"],
+                                    "version": "570.172.08-1"}}}
+    return {**stack, **kw}
+
+
+@pytest.mark.parametrize("role", ["nvidia_gpu", "amd_gpu"])
+def test_every_release_the_role_claims_has_its_data(role: str) -> None:
+    majors = {"bookworm": 12, "trixie": 13}
+    platforms = _yaml(ROOT / "roles" / role / "meta" / "main.yml")["galaxy_info"]["platforms"][0]["versions"]
+    assert set(platforms) == set(majors)
+    for name, major in majors.items():
+        assert _release(role, major)["name"] == f"Debian {major}", name
+
+
+def test_debian_12_takes_every_row_of_the_lock() -> None:
+    assert filters.release_refusal(_nvidia_stack(), _release("nvidia_gpu", 12)) == ""
+    assert filters.release_refusal(_nvidia_stack(source="debian", branch="535"), _release("nvidia_gpu", 12)) == ""
+    assert filters.release_refusal({"vendor": "amd", "source": "rocm-repo", "branch": "6.3.3"},
+                                   _release("amd_gpu", 12)) == ""
+
+
+def test_debian_13_refuses_what_nvidia_does_not_publish_for_it() -> None:
+    why = filters.release_refusal(_nvidia_stack(), _release("nvidia_gpu", 13))
+    assert why.startswith("node group 'h100' is locked to driver branch 570, and the vendor repository for "
+                          "Debian 13 starts at 590"), why
+    assert "run these nodes on Debian 12, or add a 590+ row to the version lock" in why
+    assert filters.release_refusal(_nvidia_stack(branch="590"), _release("nvidia_gpu", 13)) == ""
+    assert "Debian 12 only" in filters.release_refusal(_nvidia_stack(source="debian", branch="535"),
+                                                       _release("nvidia_gpu", 13))
+    amd = filters.release_refusal({"group": "mi", "vendor": "amd", "source": "rocm-repo", "branch": "6.3.3"},
+                                  _release("amd_gpu", 13))
+    assert "ROCm 6.3.3" in amd and "run these nodes on Debian 12" in amd
+
+
+def test_the_repository_path_follows_the_release() -> None:
+    stack = filters.for_release(_nvidia_stack(), _release("nvidia_gpu", 13))
+    repo = stack["repositories"][0]
+    assert [repo[k].count("/debian13/") for k in ("uri", "key", "probe")] == [1, 1, 1]
+    assert filters.for_release(_nvidia_stack(), _release("nvidia_gpu", 12)) == _nvidia_stack()
+
+
+def test_the_repository_names_of_the_driver_and_fabric_manager() -> None:
+    names = _yaml(ROOT / "roles" / "nvidia_gpu" / "vars" / "Debian.yml")["__nvidia_gpu_names"]
+    parts = ["driver", "fabric_manager"]
+    assert filters.nvidia_packages(_nvidia_stack(), parts, names) == {
+        "nvidia-driver-cuda": "570.172.08-1", "libcuda1": "570.172.08-1",
+        "nvidia-fabricmanager-570": "570.172.08-1", "libnvidia-nscq-570": "570.172.08-1"}
+    assert set(filters.nvidia_packages(_nvidia_stack(branch="580"), parts, names)) == {
+        "nvidia-driver-cuda", "libcuda1", "nvidia-fabricmanager", "libnvidia-nscq"}
+    assert set(filters.nvidia_packages(_nvidia_stack(), parts, names, False)) >= {"nvidia-driver"}
+    assert set(filters.nvidia_packages(_nvidia_stack(source="debian"), ["driver"], names)) == {"libcuda1"}
+
+
+def test_the_branch_lock_pins_only_driver_shaped_versions() -> None:
+    text = filters.branch_lock(_nvidia_stack(), ["*nvidia*", "libcuda*"])
+    records = [r for r in text.split("\n\n") if r.startswith("Package:")]
+    assert records == ["Package: *nvidia* libcuda*\nPin: version 570.172.08-1\nPin-Priority: 1001",
+                       "Package: *nvidia* libcuda*\nPin: version /^570\\./\nPin-Priority: 500",
+                       "Package: *nvidia* libcuda*\nPin: version /^[0-9]{3}\\.[0-9]+/\nPin-Priority: -1\n"]
+    assert filters.branch_lock({"vendor": "amd", "pins": {"driver": {"version": "1"}}}, ["*"]) == ""
+
+
+@pytest.mark.parametrize("role", ["nvidia_gpu", "amd_gpu"])
+def test_what_a_gpu_role_installs_at_a_locked_version_it_holds(role: str) -> None:
+    """The apt task installs {package: version} through gpucluster_apt_names; the dpkg task holds exactly those
+    packages (tests/test_gpu_repo.py shows, with real dpkg and apt, what a hold keeps for nvidia_gpu)."""
+    block = next(t for t in _yaml(ROOT / "roles" / role / "tasks" / "install.yml") if "block" in t)["block"]
+    installs = [t["ansible.builtin.apt"]["name"] for t in block
+                if "gpucluster_apt_names" in str((t.get("ansible.builtin.apt") or {}).get("name"))]
+    assert len(installs) == 1, installs
+    pinned = re.fullmatch(r"\{\{ (\w+) \| gpucluster_apt_names \}\}", installs[0]).group(1)
+    holds = [t for t in block if "ansible.builtin.dpkg_selections" in t]
+    assert [(t["ansible.builtin.dpkg_selections"], t["loop"]) for t in holds] == [
+        ({"name": "{{ item }}", "selection": "hold"}, f"{{{{ {pinned}.keys() | list }}}}")]
+
+
 def test_health_filter_is_the_health_package(tmp_path: Path) -> None:
     """The role's health data is what gpucluster.render.health compiled (never the spec parsed again)."""
     from gpucluster.cluster import load_cluster

@@ -13,6 +13,10 @@ The filters run on the Ansible controller, which needs the gpucluster package im
   gpucluster_debian_mirror(texts)                  the bookworm mirror a node's apt sources name ('' if none)
   gpucluster_device_files(stat_lines)              {devices, stand_ins}: `stat -c '%n %F %t:%T'` lines split
   gpucluster_health(state_dir)                     paths; the rendered file or node script that goes where
+  gpucluster_for_release(stack, release)           the stack with the vendor repository of the host's Debian release
+  gpucluster_release_refusal(stack, release)       '' or why this Debian release cannot take the stack (preflight)
+  gpucluster_nvidia_packages(stack, parts, names, headless)  {package: version} under the repository's names
+  gpucluster_branch_lock(stack, closure)           apt preferences that keep the driver's whole closure on one version
 
 The spec's facts come from the compiled facts file (gpucluster.compiled), never from the spec itself.
 """
@@ -20,6 +24,7 @@ The spec's facts come from the compiled facts file (gpucluster.compiled), never 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +188,100 @@ def health(state_dir: str) -> dict:
     return _compiled_facts(state_dir)["health"]
 
 
+# ---------------------------------------------------------------- the driver branch, whole (docs/drivers.md)
+
+# A version of the driver's shape (BRANCH.MINOR[.PATCH]-REV, e.g. 570.172.08-1, 535.309.01-0+deb12u1). Every
+# package built from NVIDIA's driver sources carries the driver's own version; the packages that merely share
+# the name (nvidia-container-toolkit 1.17.8-1, nvidia-support 20240109+1, nvidia-driver-pinning-580 580-1) do not.
+DRIVER_SHAPED = r"/^[0-9]{3}\.[0-9]+/"
+# The release the version lock's NVIDIA repository names (catalog.REPOSITORIES); the host's replaces it.
+LOCK_DIST = "debian12"
+
+
+def for_release(stack: dict, release: dict) -> dict:
+    """The stack with NVIDIA's repository for the host's Debian release (debian12 -> debian13 in the URI, the key
+    and the probe). The lock names Debian 12's; the role passes vars/Debian-<major>.yml's release."""
+    stack = _plain(stack or {})
+    dist = str((release or {}).get("repo_dist") or LOCK_DIST)
+    if stack.get("vendor") != "nvidia" or dist == LOCK_DIST:
+        return stack
+    for repo in stack.get("repositories", []):
+        for key in ("uri", "key", "probe"):
+            repo[key] = str(repo.get(key) or "").replace(f"/{LOCK_DIST}/", f"/{dist}/")
+    return stack
+
+
+def release_refusal(stack: dict, release: dict) -> str:
+    """'' when the host's Debian release can take the stack, else why not and what to change (preflight).
+    release: the role's vars for this release: name, vendor_repo (whether the lock's vendor rows are known to
+    install on it), first_branch (the first driver branch the vendor publishes for it; '' where every branch of
+    the lock is), debian_source (whether the lock's Debian row is this release's), why."""
+    stack, release = stack or {}, release or {}
+    source, branch, name = stack.get("source"), str(stack.get("branch") or ""), release.get("name", "this Debian")
+    group = stack.get("group", "?")
+    if source == "debian":
+        if release.get("debian_source", True):
+            return ""
+        return (f"node group '{group}' takes its {stack.get('vendor', '').upper()} driver from Debian ({branch}), "
+                f"which the version lock knows for Debian 12 only, and this host runs {name}: use Debian 12 on "
+                f"these nodes, or drivers source: {'cuda-repo' if stack.get('vendor') == 'nvidia' else 'rocm-repo'}")
+    what = "driver branch" if stack.get("vendor") == "nvidia" else "ROCm"
+    why = release.get("why", "earlier releases are not published for it")
+    if not release.get("vendor_repo", True):
+        return (f"node group '{group}' is locked to {what} {branch} from the vendor repository, which the version "
+                f"lock knows for Debian 12 only, and this host runs {name} ({why}): run these nodes on Debian 12")
+    first = str(release.get("first_branch") or "")
+    if not first or _release_key(branch) >= _release_key(first):
+        return ""
+    return (f"node group '{group}' is locked to {what} {branch}, and the vendor repository for {name} starts at "
+            f"{first} ({why}): run these nodes on Debian 12, or add a {first}+ row to the version lock "
+            "(src/gpucluster/catalog.py) and choose it in the spec's drivers: section")
+
+
+def _release_key(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", str(text))) or (0,)
+
+
+def nvidia_packages(stack: dict, parts: list[str], names: dict, headless: bool = True) -> dict[str, str]:
+    """{package: version} the nvidia_gpu role installs and holds, under the names NVIDIA's repository uses:
+    the compute-only driver (nvidia-driver-cuda: no X server) on headless nodes, and Fabric Manager / NSCQ with
+    the branch in their names before the branch where NVIDIA dropped it (names: the role's vars)."""
+    out: dict[str, str] = {}
+    branch = _release_key(str((stack or {}).get("branch") or "0"))
+    suffixed = branch < _release_key(str(names.get("unsuffixed_from", "0")))
+    swap = (names.get("headless") or {}).get(str((stack or {}).get("source")), {}) if headless else {}
+    for package, version in pinned(stack, parts).items():
+        package = swap.get(package, package)
+        if not package:
+            continue  # the headless set has no such package (Debian's own driver: no nvidia-driver metapackage)
+        if suffixed and package in names.get("branch_suffixed", []):
+            package = f"{package}-{stack['branch']}"
+        out[package] = version
+    return out
+
+
+def branch_lock(stack: dict, closure: list[str]) -> str:
+    """apt preferences that keep the driver's whole dependency closure (closure: glob names, the role's vars) on
+    the locked branch: the lock's exact version at 1001; other versions of the same branch at 500, for the
+    packages versioned on their own within it (nvidia-modprobe, nvidia-settings, nvidia-persistenced have their
+    own sources in Debian's archive), which the exact version then outranks wherever both exist; every other
+    driver-shaped version (another branch) at -1, so a newer branch in the repository cannot come in through a
+    dependency the lock does not name ('but 580 is to be installed', or a mixed set). apt takes the first
+    matching record, hence the order. '' where the stack installs no NVIDIA driver."""
+    stack = stack or {}
+    pin = stack.get("pins", {}).get("driver")
+    if stack.get("vendor") != "nvidia" or not pin or not closure:
+        return ""
+    names, version, branch = " ".join(closure), pin["version"], stack.get("branch")
+    return (f"# The NVIDIA driver's whole dependency closure on branch {branch}, for node group "
+            f"{stack.get('group')}: written by gpucluster (nvidia_gpu role).\n"
+            "# The locked version first; the branch's other versions only where that one does not exist; no\n"
+            "# version of another branch, not even as a dependency.\n"
+            f"\nPackage: {names}\nPin: version {version}\nPin-Priority: 1001\n"
+            f"\nPackage: {names}\nPin: version /^{branch}\\./\nPin-Priority: 500\n"
+            f"\nPackage: {names}\nPin: version {DRIVER_SHAPED}\nPin-Priority: -1\n")
+
+
 class FilterModule:
     def filters(self) -> dict:
         return {
@@ -194,4 +293,8 @@ class FilterModule:
             "gpucluster_library_skip": library_skip,
             "gpucluster_device_files": device_files,
             "gpucluster_health": health,
+            "gpucluster_for_release": for_release,
+            "gpucluster_release_refusal": release_refusal,
+            "gpucluster_nvidia_packages": nvidia_packages,
+            "gpucluster_branch_lock": branch_lock,
         }
