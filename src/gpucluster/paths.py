@@ -9,6 +9,7 @@ Templates are package data (gpucluster/templates): `check`, `plan` and `render` 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import stat
@@ -97,6 +98,31 @@ def private_dir(path: str | os.PathLike, *, what: str = "state folder") -> Path:
     if st.st_mode & 0o077:
         os.chmod(p, 0o700)
     return p
+
+
+def read_regular(path: str | os.PathLike, limit: int) -> tuple[bytes, os.stat_result]:
+    """(the bytes, the stat of the file they came from) of a regular file of at most `limit` bytes. A FIFO,
+    a device (/dev/zero), a socket or a folder is refused without blocking (opened O_NONBLOCK, checked by
+    fstat on the open file, so what is checked is what is read). Raises OSError whose strerror says why."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, device, socket or folder)")
+        if st.st_size > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 16, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes")
+        return b"".join(chunks), st
+    finally:
+        os.close(fd)
 
 
 def cache_dir(*parts: str) -> Path:

@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from gpucluster.errors import UsageError
+from gpucluster.inventory.values import Data
 
 
 @dataclass
@@ -187,9 +188,18 @@ def expand_hosts(pattern: str) -> list[str]:
     return [h for mid in middles for h in expand_hosts(f"{m.group('head')}{mid}{m.group('tail')}")]
 
 
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    pass
+
+
+# Ansible's !unsafe: a value written as data (gpucluster.inventory.values.inventory_value) is read as data.
+_Loader.add_constructor("!unsafe", lambda loader, node: Data(loader.construct_scalar(node))
+                        if isinstance(node, yaml.ScalarNode) else None)
+
+
 def _yaml(path: Path):
     try:
-        return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        return yaml.load(path.read_text(), Loader=_Loader)
     except (OSError, yaml.YAMLError) as exc:
         raise UsageError(f"{path}: cannot read the inventory ({exc})") from None
 
