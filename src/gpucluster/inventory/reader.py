@@ -20,6 +20,8 @@ import yaml
 from gpucluster.errors import UsageError
 from gpucluster.inventory.values import Data
 
+OURS_FIRST = "-o StrictHostKeyChecking=yes"
+
 
 @dataclass
 class Host:
@@ -41,9 +43,12 @@ class Host:
         return str(self.vars.get("ansible_user") or "root")
 
     def ssh(self) -> dict:
-        """How testinfra's ssh backend reaches the host: exactly what Ansible uses (strict host keys kept)."""
+        """How testinfra's ssh backend reaches the host: what Ansible uses, with gpucluster's host-key option
+        first whatever the inventory says (ssh keeps the first value of an option)."""
         extra = str(self.vars.get("ansible_ssh_common_args") or "")
         extra_extra = str(self.vars.get("ansible_ssh_extra_args") or "")
+        if not extra.startswith(OURS_FIRST):
+            extra = f"{OURS_FIRST} {extra}".strip()
         return {
             "host": self.address,
             "port": self.port,
@@ -53,8 +58,9 @@ class Host:
         }
 
     def ssh_argv(self, command: str, *options: str) -> list[str]:
-        """ssh as Ansible reaches the host (its address, port, user, key and common args; host keys checked),
-        never prompting; `options` are more -o settings (e.g. "ServerAliveInterval=15")."""
+        """ssh as Ansible reaches the host (its address, port, user, key and common args; host keys checked
+        first), never prompting; `options` are more -o settings (e.g. "ServerAliveInterval=15"). The
+        destination follows `--`, so an address can never be read as an option."""
         c = self.ssh()
         argv = ["ssh", *shlex.split(c["extra_args"]), "-o", "BatchMode=yes"]
         for option in options:
@@ -63,7 +69,7 @@ class Host:
             argv += ["-i", str(c["identity"])]
         if c["port"]:
             argv += ["-p", str(c["port"])]
-        return [*argv, f"{c['user']}@{c['host']}", command]
+        return [*argv, "-l", c["user"], "--", c["host"], command]
 
 
 @dataclass

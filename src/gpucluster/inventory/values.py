@@ -24,8 +24,8 @@ HOSTNAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
 SCOPE_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")  # an interface name (IFNAMSIZ - 1)
 USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 # A local path: absolute, made of the characters file names on a cluster's controller use; no space, quote,
-# '%' (ssh expands it), '{' (Jinja), '$' or '`' (a shell), and never a leading '-' (it is absolute).
-PATH_RE = re.compile(r"^/[A-Za-z0-9._+,=@~/-]{0,4095}$")
+# '%' (ssh expands it), '{' (Jinja), '$' or '`' (a shell), and never a leading '-' (absolute, or ~/).
+PATH_RE = re.compile(r"^~?/[A-Za-z0-9._+,=@~/-]{0,4095}$")  # '~/': ssh and Ansible expand it, per operator
 JUMP_RE = re.compile(r"^(?:(?P<user>[^@]+)@)?(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]]+))(?::(?P<port>[0-9]+))?$")
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"  # ssh expands '~' itself: each operator's own file, no one's home
 
@@ -76,7 +76,7 @@ def valid_user(text: str) -> bool:
 
 
 def valid_path(text: str, *, spaces: bool = False) -> bool:
-    """An absolute local path of plain characters (after '~' is expanded). `spaces`: a path that never goes
+    """An absolute local path (or one under ~/) of plain characters. `spaces`: a path that never goes
     into a command line (the spec's, the state folder's) may hold spaces."""
     return bool(PATH_RE.match(text.replace(" ", "_") if spaces else text))
 
