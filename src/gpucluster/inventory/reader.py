@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from gpucluster.errors import UsageError
-from gpucluster.inventory.values import Data
+from gpucluster.inventory.values import Data, inventory_value
 
 OURS_FIRST = "-o StrictHostKeyChecking=yes"
 
@@ -199,8 +199,15 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
 
 
 # Ansible's !unsafe: a value written as data (gpucluster.inventory.values.inventory_value) is read as data.
-_Loader.add_constructor("!unsafe", lambda loader, node: Data(loader.construct_scalar(node))
-                        if isinstance(node, yaml.ScalarNode) else None)
+def _unsafe(loader, node):
+    if isinstance(node, yaml.ScalarNode):
+        return Data(loader.construct_scalar(node))
+    if isinstance(node, yaml.SequenceNode):
+        return inventory_value(loader.construct_sequence(node, deep=True))
+    return inventory_value(loader.construct_mapping(node, deep=True))
+
+
+_Loader.add_constructor("!unsafe", _unsafe)
 
 
 def _yaml(path: Path):
