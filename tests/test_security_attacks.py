@@ -295,3 +295,19 @@ def test_a_closed_pipe_ends_quietly_with_sigpipes_status(argv, take):
     rc = proc.wait(timeout=120)
     assert "Traceback" not in err and "BrokenPipe" not in err, err
     assert rc == 128 + 13, (rc, err)
+
+
+# ---- validate's paramiko path reads ssh's options as ssh does: the first value wins -------------------
+
+def test_validate_paramiko_keeps_the_first_host_key_option():
+    import importlib.util
+
+    from gpucluster.validate.runner import CHECKS_DIR
+
+    spec = importlib.util.spec_from_file_location("gpc_checklib_sec", CHECKS_DIR / "gpc_checklib.py")
+    lib = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gpc_checklib_sec", lib)
+    spec.loader.exec_module(lib)
+    opts = lib._ssh_options("-o StrictHostKeyChecking=yes -o UserKnownHostsFile=/k "
+                            "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null")
+    assert opts["stricthostkeychecking"] == "yes" and opts["userknownhostsfile"] == "/k"
