@@ -35,6 +35,7 @@ import base64
 import binascii
 import os
 import secrets
+import stat
 import string
 
 from ansible.module_utils.basic import AnsibleModule
@@ -54,6 +55,34 @@ def write_secret(path: str, data: bytes) -> None:
     atomic_write(path, data, 0o600, prefix=".secret-")  # mkstemp makes it 0600 from the first byte
 
 
+def untrusted(path: str) -> str | None:
+    """None when an existing secret file can be trusted: only this user can have written it or can swap it
+    (the file and its folder ours, not links, not writable by others; every folder above owned by root or
+    us, and writable by others only when sticky). Else why not: a planted key is known to whoever planted it.
+    The same rule as gpucluster.paths.unsafe_ancestor (a module cannot import gpucluster)."""
+    me = os.geteuid()
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+        return f"{path} is not a regular file (a link or something else)"
+    if st.st_uid != me:
+        return f"{path} belongs to uid {st.st_uid}, not to this user (uid {me})"
+    if st.st_mode & 0o022:
+        return f"{path} can be written by other users (mode {stat.S_IMODE(st.st_mode):04o})"
+    folder = os.path.dirname(os.path.abspath(path))
+    fst = os.lstat(folder)
+    if stat.S_ISLNK(fst.st_mode) or fst.st_uid != me or fst.st_mode & 0o022:
+        return f"its folder {folder} is a link, someone else's, or open to other users"
+    above = os.path.dirname(folder)
+    while True:
+        ast = os.lstat(above)
+        if stat.S_ISLNK(ast.st_mode) or ast.st_uid not in (0, me) or (ast.st_mode & 0o022
+                                                                      and not ast.st_mode & stat.S_ISVTX):
+            return f"{above}, above it, is a link, someone else's, or open to other users"
+        if above == os.path.dirname(above):
+            return None
+        above = os.path.dirname(above)
+
+
 def ensure(path: str, kind: str, size: int, min_size: int, value_b64: str | None,
            check_mode: bool = False) -> tuple[bool, str]:
     """(changed, source). Raises ValueError with a message saying what to change."""
@@ -66,7 +95,11 @@ def ensure(path: str, kind: str, size: int, min_size: int, value_b64: str | None
         if len(wanted) < min_size:
             raise ValueError(f"the provided secret has {len(wanted)} bytes; at least {min_size} are needed")
     current = None
-    if os.path.exists(path):
+    if os.path.lexists(path):
+        why = untrusted(path)
+        if why:
+            raise ValueError(f"the existing secret cannot be trusted: {why}; its owner may know it. Remove it "
+                             "(a new one is generated) after checking who wrote it")
         with open(path, "rb") as fh:
             current = fh.read()
     changed = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -197,6 +198,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def closed_pipe() -> int:
+    """The reader of stdout went away (`gpucluster plan X | head -1`): end quietly with the status a shell
+    gives a process SIGPIPE killed (128 + 13), as cat or grep would. Stdout is pointed at /dev/null so the
+    interpreter's last flush of what is still buffered does not fail again."""
+    import signal
+
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return 128 + signal.SIGPIPE
+
+
 def main(argv: list[str] | None = None) -> int:
     # The CLI loads no pydantic plugins: their discovery scans every installed distribution's entry
     # points (~40 ms per command). Set only for this process, never by `import gpucluster`.
@@ -204,7 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.func(args) or 0
+        rc = args.func(args) or 0
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
+        return rc
+    except BrokenPipeError:
+        return closed_pipe()
     except SpecError as exc:
         for f in exc.findings:
             print(f"error: {f.render()}", file=sys.stderr)

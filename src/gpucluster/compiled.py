@@ -141,9 +141,28 @@ def compile_to(cluster: Cluster, state_dir: str | os.PathLike) -> Path:
     return write_set(state / COMPILED, files, folder_mode=0o700, file_mode=0o600).folder
 
 
-def is_current(spec_path: str | os.PathLike, state_dir: str | os.PathLike) -> bool:
+def _ours(path: Path) -> bool:
+    """A file or folder only this user can have written: not a link, owned by us, not writable by others."""
+    import stat
+
     try:
-        have = json.loads((Path(state_dir) / COMPILED / "stamp.json").read_text())
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return not stat.S_ISLNK(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def is_current(spec_path: str | os.PathLike, state_dir: str | os.PathLike) -> bool:
+    """Whether the compiled state matches the spec. Only a compiled folder this user wrote counts (the state
+    folder, compiled/ and its stamp owned by us, writable by no one else, no folder above them that others
+    could swap): a planted one is compiled over, never trusted."""
+    from gpucluster.paths import unsafe_ancestor
+
+    folder = Path(state_dir) / COMPILED
+    if unsafe_ancestor(folder) or not all(_ours(p) for p in (Path(state_dir), folder, folder / "stamp.json")):
+        return False
+    try:
+        have = json.loads((folder / "stamp.json").read_text())
     except (OSError, ValueError):
         return False
     return have == stamp_of(spec_path)

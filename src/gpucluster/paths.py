@@ -9,6 +9,7 @@ Templates are package data (gpucluster/templates): `check`, `plan` and `render` 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import stat
@@ -72,12 +73,44 @@ def state_dir(cluster: str, given: str | os.PathLike | None = None) -> Path:
     return Path(given).expanduser().absolute() if given else state_home() / cluster
 
 
+def unsafe_ancestor(path: str | os.PathLike) -> str | None:
+    """None when no one but this user and root can replace `path` by renaming a folder above it; else why
+    not, naming the folder. Each ancestor (of the absolute path, not resolved) must be a plain folder, not a
+    link, owned by root or this user, and not writable by others unless sticky (/tmp: others cannot rename
+    what is ours there). A link is refused: give the real path."""
+    p = Path(os.path.abspath(path))
+    me = os.geteuid()
+    for folder in reversed(p.parents):
+        try:
+            st = os.lstat(folder)
+        except FileNotFoundError:
+            return None  # it is created below a folder that passed
+        except OSError as exc:
+            return f"{folder}: cannot check it ({exc.strerror or exc})"
+        if stat.S_ISLNK(st.st_mode):
+            return (f"{folder} is a link (to {os.path.realpath(folder)}): whoever can change it decides where "
+                    "the folder is; give the real path")
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{folder} is not a folder"
+        if st.st_uid not in (0, me):
+            return f"{folder} belongs to uid {st.st_uid}, who can replace what is in it"
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            return (f"{folder} can be written by other users (mode {stat.S_IMODE(st.st_mode):04o}, no sticky bit): "
+                    "they can swap what lies under it")
+    return None
+
+
 def private_dir(path: str | os.PathLike, *, what: str = "state folder") -> Path:
     """Create `path` (0700) or check the one there: a real folder (not a link), owned by this user, that no
     one else can write. Anything else is refused, since whoever controls such a folder can feed Ansible
-    variables or swap the cluster's files. A folder of ours that others can only read (0755, as an older
-    gpucluster made its cache) is closed to 0700 on the way."""
+    variables or swap the cluster's files. Every folder above it is checked too (unsafe_ancestor). A folder
+    of ours that others can only read (0755, as an older gpucluster made its cache) is closed to 0700 on
+    the way."""
     p = Path(path)
+    why = unsafe_ancestor(p)
+    if why:
+        raise UsageError(f"{p}: the {what} is not private: {why}; choose a path under your home, or fix the "
+                         "folder's owner and mode")
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileExistsError):
@@ -97,6 +130,31 @@ def private_dir(path: str | os.PathLike, *, what: str = "state folder") -> Path:
     if st.st_mode & 0o077:
         os.chmod(p, 0o700)
     return p
+
+
+def read_regular(path: str | os.PathLike, limit: int) -> tuple[bytes, os.stat_result]:
+    """(the bytes, the stat of the file they came from) of a regular file of at most `limit` bytes. A FIFO,
+    a device (/dev/zero), a socket or a folder is refused without blocking (opened O_NONBLOCK, checked by
+    fstat on the open file, so what is checked is what is read). Raises OSError whose strerror says why."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, device, socket or folder)")
+        if st.st_size > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 16, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes")
+        return b"".join(chunks), st
+    finally:
+        os.close(fd)
 
 
 def cache_dir(*parts: str) -> Path:

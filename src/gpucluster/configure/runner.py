@@ -307,65 +307,24 @@ def _runner_env(env: dict[str, str]) -> dict[str, str]:
     return keep
 
 
-def configure(inventory: str | os.PathLike, *, playbook: str = "site.yml", limit: str | None = None,
-              tags: str | None = None, project: str | os.PathLike | None = None,
-              secrets: str | os.PathLike | None = None, check: bool = False, diff: bool = False,
-              batch: int | None = None, state_dir: str | os.PathLike | None = None,
-              verbose: bool = False, log: Log = print, live: bool | None = False) -> ConfigureResult:
-    """Converge the cluster of `inventory` with playbooks/<playbook>; never raises for host failures.
+def private_secrets(secrets: str | os.PathLike, folder: Path) -> Path:
+    """Check the operator's secrets file and write the bytes that were checked to a 0600 file in `folder`
+    (the run's private folder): what Ansible reads. The operator's file may change after the check (its
+    owner could swap it mid-run); this copy cannot. Removed when the run ends."""
+    from gpucluster.configure.secrets import checked_secrets
 
-    Runs in the cluster's private state folder (gpucluster.paths.private_dir: 0700, owned by this user,
-    never a shared /tmp path), with a minimal environment. `secrets` is an extra-vars file (munge key,
-    slurmdbd password) checked first and handed to Ansible by path, so its values stay out of the run's
-    files. `check` and `diff` are Ansible's --check and --diff; `batch` runs the Slurm play that many
-    hosts at a time (serial). While it runs, a line says what is running where: redrawn in place on a
-    terminal (`live`; None decides from stdout), else logged every 30 s when it changed."""
-    from ansible_runner.interface import init_runner
+    _values, raw = checked_secrets(secrets)
+    copy = folder / "secrets.json"
+    copy.unlink(missing_ok=True)
+    fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(raw)
+    return copy
 
-    from gpucluster.configure.secrets import read_secrets_file
-    from gpucluster.inventory.reader import load_inventory
 
-    inv = inventory_file(inventory).resolve()
-    proj = project_dir(project)
-    book = proj / "playbooks" / playbook
-    if not book.is_file():
-        raise UsageError(f"{book}: no such playbook")
-    inv_vars = load_inventory(inv).vars
-    cluster = inv_vars.get("gpucluster_cluster")
-    if not cluster:
-        raise UsageError(f"{inv}: not a gpucluster inventory (no gpucluster_cluster); write it with "
-                         "`gpucluster inventory SPEC -o DIR`")
-    state, secrets_dir = state_dirs(inv_vars, state_dir)
-    pdd = private_dir(state / "runner", what="Ansible run folder")
-    extravars: dict[str, Any] = {"gpucluster_state_dir": str(state), "gpucluster_secrets_dir": str(secrets_dir)}
-    if batch is not None:
-        if batch < 1:
-            raise UsageError(f"--batch {batch}: give at least 1 host per batch")
-        extravars["gpucluster_batch"] = batch
-    cmdline = []
-    if secrets is not None:
-        read_secrets_file(secrets)  # refuse a malformed or readable-by-others file before anything runs
-        cmdline += ["--extra-vars", f"@{Path(secrets).expanduser().resolve()}"]
-    if tags:
-        cmdline += ["--tags", tags]
-    if check:
-        cmdline.append("--check")
-    if diff:
-        cmdline.append("--diff")
-    progress = Progress(log, verbose)
-    mode = " (check mode: nothing is changed)" if check else ""
-    log(f"configure: {book.relative_to(proj)} on {inv}{mode} (artifacts under {pdd}/artifacts)")
-    started = time.monotonic()
-    kwargs: dict[str, Any] = {}
-    if limit:
-        terms = limit_terms(limit)
-        if len(terms) > 200:  # a fleet's worth of names: Ansible reads them from a file (--limit @FILE)
-            (pdd / "limit").write_text("\n".join(terms) + "\n")
-            kwargs["limit"] = f"@{pdd / 'limit'}"
-        else:
-            kwargs["limit"] = ",".join(terms)
-    if cmdline:
-        kwargs["cmdline"] = " ".join(shlex.quote(a) for a in cmdline)
+def _init(init_runner, pdd: Path, proj: Path, book: Path, inv: Path, extravars: dict, progress: Progress,
+          verbose: bool, kwargs: dict):
+    """ansible-runner's Runner for this run, with the minimal environment."""
     runner = init_runner(
         private_data_dir=str(pdd),
         project_dir=str(proj),
@@ -386,6 +345,77 @@ def configure(inventory: str | os.PathLike, *, playbook: str = "site.yml", limit
         **kwargs,
     )
     runner.config.env = _runner_env(runner.config.env)
+    return runner
+
+
+def configure(inventory: str | os.PathLike, *, playbook: str = "site.yml", limit: str | None = None,
+              tags: str | None = None, project: str | os.PathLike | None = None,
+              secrets: str | os.PathLike | None = None, check: bool = False, diff: bool = False,
+              batch: int | None = None, state_dir: str | os.PathLike | None = None,
+              verbose: bool = False, log: Log = print, live: bool | None = False) -> ConfigureResult:
+    """Converge the cluster of `inventory` with playbooks/<playbook>; never raises for host failures.
+
+    Runs in the cluster's private state folder (gpucluster.paths.private_dir: 0700, owned by this user,
+    never a shared /tmp path), with a minimal environment. `secrets` is an extra-vars file (munge key,
+    slurmdbd password) checked first; Ansible reads a private copy of the checked bytes (private_secrets),
+    removed when the run ends, so its values stay out of the run's files. `check` and `diff` are Ansible's
+    --check and --diff; `batch` runs the Slurm play that many hosts at a time (serial). While it runs, a
+    line says what is running where: redrawn in place on a terminal (`live`; None decides from stdout),
+    else logged every 30 s when it changed."""
+    from ansible_runner.interface import init_runner
+
+    from gpucluster.inventory.reader import load_inventory
+
+    inv = inventory_file(inventory).resolve()
+    proj = project_dir(project)
+    book = proj / "playbooks" / playbook
+    if not book.is_file():
+        raise UsageError(f"{book}: no such playbook")
+    inv_vars = load_inventory(inv).vars
+    cluster = inv_vars.get("gpucluster_cluster")
+    if not cluster:
+        raise UsageError(f"{inv}: not a gpucluster inventory (no gpucluster_cluster); write it with "
+                         "`gpucluster inventory SPEC -o DIR`")
+    state, secrets_dir = state_dirs(inv_vars, state_dir)
+    pdd = private_dir(state / "runner", what="Ansible run folder")
+    extravars: dict[str, Any] = {"gpucluster_state_dir": str(state), "gpucluster_secrets_dir": str(secrets_dir)}
+    if batch is not None:
+        if batch < 1:
+            raise UsageError(f"--batch {batch}: give at least 1 host per batch")
+        extravars["gpucluster_batch"] = batch
+    cmdline = []
+    copy = None
+    if secrets is not None:
+        # checked first (malformed, someone else's, readable by others: refused before anything runs); Ansible
+        # reads a private copy of the checked bytes, never the operator's path
+        copy = private_secrets(secrets, pdd)
+        cmdline += ["--extra-vars", f"@{copy}"]
+    if tags:
+        cmdline += ["--tags", tags]
+    if check:
+        cmdline.append("--check")
+    if diff:
+        cmdline.append("--diff")
+    progress = Progress(log, verbose)
+    mode = " (check mode: nothing is changed)" if check else ""
+    log(f"configure: {book.relative_to(proj)} on {inv}{mode} (artifacts under {pdd}/artifacts)")
+    started = time.monotonic()
+    kwargs: dict[str, Any] = {}
+    if limit:
+        terms = limit_terms(limit)
+        if len(terms) > 200:  # a fleet's worth of names: Ansible reads them from a file (--limit @FILE)
+            (pdd / "limit").write_text("\n".join(terms) + "\n")
+            kwargs["limit"] = f"@{pdd / 'limit'}"
+        else:
+            kwargs["limit"] = ",".join(terms)
+    if cmdline:
+        kwargs["cmdline"] = " ".join(shlex.quote(a) for a in cmdline)
+    try:
+        runner = _init(init_runner, pdd, proj, book, inv, extravars, progress, verbose, kwargs)
+    except BaseException:
+        if copy is not None:
+            copy.unlink(missing_ok=True)
+        raise
     with status_line(every=30.0, live=live, write=log) as show:
         ticking = threading.Event()
 
@@ -400,6 +430,8 @@ def configure(inventory: str | os.PathLike, *, playbook: str = "site.yml", limit
         finally:
             ticking.set()
             ticker.join()
+            if copy is not None:
+                copy.unlink(missing_ok=True)
     elapsed = time.monotonic() - started
     hosts = progress.stats
     failed = any(s.failed or s.unreachable for s in hosts.values())

@@ -70,22 +70,50 @@ def write_secrets_file(values: dict, path: Path) -> Path:
     return path
 
 
+MAX_SECRETS_BYTES = 1 << 20  # two values; a megabyte is far beyond any real file
+
+
 def read_secrets_file(path: str | os.PathLike) -> dict[str, str]:
-    """Check an extra-vars file before Ansible reads it: a regular file only its owner can read, JSON or
-    YAML, only the keys gpucluster knows, each well formed. Raises UsageError naming the key."""
-    p = Path(path).expanduser()
+    """Check an extra-vars file before Ansible reads it (checked_secrets); the values by key."""
+    return checked_secrets(path)[0]
+
+
+def _private_folder(folder: Path) -> None:
     try:
-        st = os.stat(p)
+        st = os.stat(folder)
+    except OSError as exc:
+        raise UsageError(f"{folder}: cannot check the secrets file's folder ({exc.strerror or exc})") from None
+    if st.st_uid != os.geteuid():
+        raise UsageError(f"{folder}: the secrets file's folder belongs to uid {st.st_uid}, not to you (uid "
+                         f"{os.geteuid()}): its owner can swap the file; keep secrets in a folder of your own")
+    if st.st_mode & 0o077:
+        raise UsageError(f"{folder}: the secrets file's folder is open to other users (mode "
+                         f"{stat.S_IMODE(st.st_mode):04o}); run chmod 700 {folder}")
+
+
+def checked_secrets(path: str | os.PathLike) -> tuple[dict[str, str], bytes]:
+    """(values, the bytes they were read from) of an extra-vars file: a regular file, read bounded, owned by
+    this user and readable by no one else, in a folder of this user's that no one else can read; JSON or
+    YAML, only the keys gpucluster knows, each well formed. Raises UsageError naming the key, never a value.
+    The owner and mode are those of the file the bytes came from (fstat of the open file), so a file swapped
+    after the check is never what Ansible gets: it gets a copy of these bytes (runner.private_secrets)."""
+    from gpucluster.paths import read_regular
+
+    p = Path(path).expanduser()
+    _private_folder(p.absolute().parent)
+    try:
+        raw, st = read_regular(p, MAX_SECRETS_BYTES)
     except OSError as exc:
         raise UsageError(f"{p}: cannot read the secrets file ({exc.strerror or exc}); write one with "
                          "`gpucluster secrets --generate -o FILE` or `--pulumi-stack NAME`") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise UsageError(f"{p}: the secrets file is not a regular file")
+    if st.st_uid != os.geteuid():
+        raise UsageError(f"{p}: the secrets file belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}): its "
+                         "owner can change it; write your own with `gpucluster secrets`")
     if st.st_mode & 0o077:
         raise UsageError(f"{p}: the secrets file can be read by other users (mode {stat.S_IMODE(st.st_mode):04o}); "
                          f"run chmod 600 {p}")
     try:
-        data = yaml.safe_load(p.read_text())  # JSON is YAML
+        data = yaml.safe_load(raw.decode())  # JSON is YAML
     except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""
@@ -106,4 +134,4 @@ def read_secrets_file(path: str | os.PathLike) -> dict[str, str]:
             raise UsageError(f"{p}: munge_key_b64 decodes to {len(key)} bytes; munged needs at least {MUNGE_KEY_MIN}")
     if "slurm_dbd_password" in data and not PASSWORD_RE.match(str(data["slurm_dbd_password"])):
         raise UsageError(f"{p}: slurm_dbd_password must be 16-128 characters of letters, digits and ._~+=-")
-    return {k: str(v) for k, v in data.items()}
+    return {k: str(v) for k, v in data.items()}, raw

@@ -17,6 +17,14 @@ from pathlib import Path
 from gpucluster.cluster import Cluster
 from gpucluster.configure.secrets import default_path, write_secrets_file
 from gpucluster.errors import UsageError
+from gpucluster.inventory.values import (
+    DEFAULT_KNOWN_HOSTS,
+    ssh_common_args,
+    valid_address,
+    valid_path,
+    valid_port,
+    valid_user,
+)
 from gpucluster.inventory.writer import write_inventory_data
 from gpucluster.paths import pulumi_project
 
@@ -46,13 +54,15 @@ def inventory_args(cluster: Cluster, *, target: str, stack: str, addresses: dict
         extra.update({"gpucluster_secrets_dir": str(stage_dir / "secrets"), "gpucluster_state_dir": str(stage_dir)})
         return connection_vars(staged), extra
     # Real clusters: per host only what differs (the address, when it is not the name); the rest once for
-    # all hosts, which keeps a 25k-host inventory small.
+    # all hosts, which keeps a 25k-host inventory small. Every value comes from the stack's config: checked
+    # as the inventory sources check theirs (gpucluster.inventory.values), then written !unsafe by the writer.
+    _check_connection(addresses, ssh_user, ssh_key_path, known_hosts)
     connection = {h: {"ansible_host": a} for h, (a, _p) in addresses.items() if a != h}
     ports = {p for _a, p in addresses.values()}
     extra["ansible_user"] = ssh_user
     if ssh_key_path:
         extra["ansible_ssh_private_key_file"] = ssh_key_path
-    extra["ansible_ssh_common_args"] = f"-o StrictHostKeyChecking=yes -o UserKnownHostsFile={known_hosts}"
+    extra["ansible_ssh_common_args"] = ssh_common_args(known_hosts or DEFAULT_KNOWN_HOSTS)
     if ports != {22}:
         if len(ports) == 1:
             extra["ansible_port"] = ports.pop()
@@ -60,6 +70,21 @@ def inventory_args(cluster: Cluster, *, target: str, stack: str, addresses: dict
             for h, (_a, p) in addresses.items():
                 connection.setdefault(h, {})["ansible_port"] = p
     return connection, extra
+
+
+def _check_connection(addresses: dict[str, tuple[str, int]], ssh_user: str, ssh_key_path: str | None,
+                      known_hosts: str) -> None:
+    """The stack config's connection values against their allow-lists; a UsageError names the setting."""
+    bad = next((f"{h}: '{a}'" for h, (a, p) in addresses.items() if not valid_address(a) or not valid_port(p)),
+               None)
+    if bad:
+        raise UsageError(f"gpucluster:hostDomain / sshPort: {bad} is not a host name or address with a TCP port")
+    if not valid_user(ssh_user):
+        raise UsageError(f"gpucluster:sshUser '{ssh_user}' is not a login name")
+    for key, value in (("sshKeyPath", ssh_key_path), ("knownHosts", known_hosts)):
+        if value and not valid_path(value):
+            raise UsageError(f"gpucluster:{key} '{value}' is not an absolute path of plain characters "
+                             "(letters, digits, ._+,=@~/-)")
 
 
 def inventory_json(cluster: Cluster, connection: dict[str, dict], extra_vars: dict) -> str:

@@ -6,7 +6,9 @@ import os
 from pathlib import Path
 
 from gpucluster.cluster import Cluster, load_cluster
+from gpucluster.errors import UsageError
 from gpucluster.inventory.sources import from_hosts_file, from_ssh_config
+from gpucluster.inventory.values import ssh_common_args, valid_path
 from gpucluster.inventory.writer import write_inventory
 
 
@@ -22,9 +24,14 @@ def connections(cluster: Cluster, *, ssh_config: str | os.PathLike | None = None
 
 def inventory_vars(cluster: Cluster, connection: dict[str, dict], state_dir: str | os.PathLike | None) -> tuple:
     """(per-host connection vars, all-vars): what every host shares goes to group_vars/all.yml once."""
-    extra: dict = {"gpucluster_spec": str(cluster.source.resolve())}
+    extra: dict = {"gpucluster_spec": _checked_path(cluster.source.resolve(), "the spec's path")}
     if state_dir:
-        extra["gpucluster_state_dir"] = str(Path(state_dir).expanduser().absolute())
+        extra["gpucluster_state_dir"] = _checked_path(Path(state_dir).expanduser().absolute(), "--state-dir")
+    # Every source: gpucluster's host-key options first (values.ssh_common_args); a host whose source gave
+    # its own (ssh_config) keeps them, still ours first.
+    connection = {h: {"ansible_ssh_common_args": ssh_common_args(), **c} for h, c in connection.items()}
+    if not connection or len(connection) < len(cluster.hosts):
+        extra["ansible_ssh_common_args"] = ssh_common_args()
     if connection and len(connection) == len(cluster.hosts):
         for key in ("ansible_user", "ansible_ssh_private_key_file", "ansible_ssh_common_args", "ansible_port"):
             values = {repr(c.get(key)) for c in connection.values()}
@@ -32,6 +39,16 @@ def inventory_vars(cluster: Cluster, connection: dict[str, dict], state_dir: str
                 extra[key] = next(iter(connection.values()))[key]
                 connection = {h: {k: v for k, v in c.items() if k != key} for h, c in connection.items()}
     return {h: c for h, c in connection.items() if c}, extra
+
+
+def _checked_path(path: Path, what: str) -> str:
+    """A path of ours that goes into the inventory: plain characters only (spaces allowed: it is never part
+    of a command line), so no Jinja or ssh token can ride on it. The writer marks it !unsafe as well."""
+    text = str(path)
+    if not valid_path(text, spaces=True):
+        raise UsageError(f"{what} {text!r} holds characters an inventory does not carry (only letters, digits, "
+                         "spaces and ._+,=@~/-); move or rename it")
+    return text
 
 
 def build_inventory(spec: str | os.PathLike, output: str | os.PathLike, *, ssh_config=None, hosts_file=None,

@@ -18,6 +18,9 @@ from pathlib import Path
 import yaml
 
 from gpucluster.errors import UsageError
+from gpucluster.inventory.values import Data, inventory_value
+
+OURS_FIRST = "-o StrictHostKeyChecking=yes"
 
 
 @dataclass
@@ -40,9 +43,12 @@ class Host:
         return str(self.vars.get("ansible_user") or "root")
 
     def ssh(self) -> dict:
-        """How testinfra's ssh backend reaches the host: exactly what Ansible uses (strict host keys kept)."""
+        """How testinfra's ssh backend reaches the host: what Ansible uses, with gpucluster's host-key option
+        first whatever the inventory says (ssh keeps the first value of an option)."""
         extra = str(self.vars.get("ansible_ssh_common_args") or "")
         extra_extra = str(self.vars.get("ansible_ssh_extra_args") or "")
+        if not extra.startswith(OURS_FIRST):
+            extra = f"{OURS_FIRST} {extra}".strip()
         return {
             "host": self.address,
             "port": self.port,
@@ -52,8 +58,9 @@ class Host:
         }
 
     def ssh_argv(self, command: str, *options: str) -> list[str]:
-        """ssh as Ansible reaches the host (its address, port, user, key and common args; host keys checked),
-        never prompting; `options` are more -o settings (e.g. "ServerAliveInterval=15")."""
+        """ssh as Ansible reaches the host (its address, port, user, key and common args; host keys checked
+        first), never prompting; `options` are more -o settings (e.g. "ServerAliveInterval=15"). The
+        destination follows `--`, so an address can never be read as an option."""
         c = self.ssh()
         argv = ["ssh", *shlex.split(c["extra_args"]), "-o", "BatchMode=yes"]
         for option in options:
@@ -62,7 +69,7 @@ class Host:
             argv += ["-i", str(c["identity"])]
         if c["port"]:
             argv += ["-p", str(c["port"])]
-        return [*argv, f"{c['user']}@{c['host']}", command]
+        return [*argv, "-l", c["user"], "--", c["host"], command]
 
 
 @dataclass
@@ -187,9 +194,25 @@ def expand_hosts(pattern: str) -> list[str]:
     return [h for mid in middles for h in expand_hosts(f"{m.group('head')}{mid}{m.group('tail')}")]
 
 
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    pass
+
+
+# Ansible's !unsafe: a value written as data (gpucluster.inventory.values.inventory_value) is read as data.
+def _unsafe(loader, node):
+    if isinstance(node, yaml.ScalarNode):
+        return Data(loader.construct_scalar(node))
+    if isinstance(node, yaml.SequenceNode):
+        return inventory_value(loader.construct_sequence(node, deep=True))
+    return inventory_value(loader.construct_mapping(node, deep=True))
+
+
+_Loader.add_constructor("!unsafe", _unsafe)
+
+
 def _yaml(path: Path):
     try:
-        return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        return yaml.load(path.read_text(), Loader=_Loader)
     except (OSError, yaml.YAMLError) as exc:
         raise UsageError(f"{path}: cannot read the inventory ({exc})") from None
 

@@ -17,7 +17,6 @@ import csv
 import fnmatch
 import glob
 import io
-import ipaddress
 import os
 import re
 import shlex
@@ -25,13 +24,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpucluster.errors import Finding, SpecError
+from gpucluster.inventory.values import (
+    DEFAULT_KNOWN_HOSTS,
+    HOSTNAME_RE,
+    proxy_jump_problem,
+    ssh_common_args,
+    valid_address,
+    valid_path,
+    valid_port,
+    valid_user,
+)
+from gpucluster.paths import read_regular
 
 # ssh_config keyword (lower case) -> what we call it
 CARRIED = {"hostname": "HostName", "port": "Port", "user": "User", "identityfile": "IdentityFile",
            "userknownhostsfile": "UserKnownHostsFile", "proxyjump": "ProxyJump",
            "stricthostkeychecking": "StrictHostKeyChecking", "identitiesonly": "IdentitiesOnly"}
-HOSTNAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
 MAX_INCLUDE_DEPTH = 16
+MAX_FILE_BYTES = 64 << 20  # an ssh_config (each Include) or a hosts file: 64 MiB covers 200k hosts' lines
+MAX_FIELD = 1024  # a CSV field (hostname, address, port, user): far beyond any real one
+__all__ = ["HOSTNAME_RE", "from_hosts_file", "from_ssh_config"]
 
 
 @dataclass
@@ -67,14 +79,17 @@ def _tokens(line: str) -> list[str]:
 
 
 def _read_blocks(path: Path, findings: list[Finding], depth: int = 0,
-                 blocks: list[_Block] | None = None) -> list[_Block]:
+                 blocks: list[_Block] | None = None, include_line: int | None = None) -> list[_Block]:
+    """The Host blocks of `path` (and what it includes), in order. Every file is read bounded, a regular file
+    only; one that is not is a finding at the Include line that named it."""
     blocks = [] if blocks is None else blocks
     name = str(path)
     try:
-        text = path.read_text()
+        text = read_regular(path, MAX_FILE_BYTES)[0].decode()
     except (OSError, UnicodeDecodeError) as exc:
         findings.append(Finding(("ssh_config",), f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}",
-                                "give the path of a readable OpenSSH client config", "ssh-config", file=name))
+                                "give the path of a readable OpenSSH client config (a regular file)",
+                                "ssh-config", file=name, line=include_line))
         return blocks
     current = _Block(["*"], name, 0)  # options before any Host apply to every host
     blocks.append(current)
@@ -114,7 +129,7 @@ def _read_blocks(path: Path, findings: list[Finding], depth: int = 0,
                 for inc in sorted(glob.glob(str(base))):
                     # an Include inside a Host block applies to that block's hosts (ssh(1)); keep it simple:
                     # included blocks follow in order, their own Host lines decide
-                    _read_blocks(Path(inc), findings, depth + 1, blocks)
+                    _read_included(Path(inc), findings, depth + 1, blocks, name, lineno)
                 current = _Block(current.patterns, name, lineno)
                 blocks.append(current)
         elif key in CARRIED:
@@ -124,6 +139,19 @@ def _read_blocks(path: Path, findings: list[Finding], depth: int = 0,
                 continue
             current.options.setdefault(key, (" ".join(args), name, lineno))
     return blocks
+
+
+def _read_included(path: Path, findings: list[Finding], depth: int, blocks: list[_Block], parent: str,
+                   lineno: int) -> None:
+    """An Include target: refused (located at the Include line) unless a regular file we can read."""
+    try:
+        read_regular(path, MAX_FILE_BYTES)
+    except (OSError, UnicodeDecodeError) as exc:
+        findings.append(Finding(("Include",), f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}",
+                                "include only regular files (an OpenSSH client config)", "ssh-config",
+                                file=parent, line=lineno))
+        return
+    _read_blocks(path, findings, depth, blocks)
 
 
 def _expand_hostname(value: str, host: str, port: str, user: str) -> str:
@@ -142,6 +170,34 @@ def _expand_hostname(value: str, host: str, port: str, user: str) -> str:
 
 def _path(value: str) -> str:
     return os.path.expanduser(value)
+
+
+def _carried_problems(opts: dict[str, tuple[str, str, int]], host: str, port: str, user: str) -> list[Finding]:
+    """The carried options that are not what their syntax allows (User, IdentityFile, UserKnownHostsFile,
+    ProxyJump): each a finding at its line. Nothing from ssh_config reaches an inventory unchecked."""
+    out: list[Finding] = []
+
+    def bad(key: str, message: str, fix: str) -> None:
+        _value, file, line = opts[key]
+        out.append(Finding((CARRIED[key],), message, fix, "ssh-config", file=file, line=line))
+
+    if "user" in opts and not valid_user(user):
+        bad("user", f"'{user}' is not a login name", "give a login name such as root or ops")
+    for key in ("identityfile", "userknownhostsfile"):
+        if key in opts:
+            value = opts[key][0]
+            if key == "userknownhostsfile":  # ssh takes several files; gpucluster carries the first
+                value = value.split()[0]
+            path = _path(_expand_hostname(value, host, port, user) if key == "identityfile" else value)
+            if " " in value or not valid_path(path):
+                bad(key, f"'{value}' is not one absolute path of plain characters (letters, digits, ._+,=@~/-)",
+                    "give one path such as ~/.ssh/id_cluster; rename a file whose name needs more")
+    if "proxyjump" in opts and opts["proxyjump"][0].lower() != "none":
+        why = proxy_jump_problem(opts["proxyjump"][0])
+        if why:
+            bad("proxyjump", f"'{opts['proxyjump'][0]}' is not a jump host list: {why}",
+                "give [user@]host[:port], comma-separated for several hops, and nothing else")
+    return out
 
 
 def from_ssh_config(path: str | os.PathLike, hosts: list[str], *, spec_file: str = "") -> dict[str, dict]:
@@ -172,7 +228,7 @@ def from_ssh_config(path: str | os.PathLike, hosts: list[str], *, spec_file: str
         if "hostname" in opts:
             value, file, line = opts["hostname"]
             addr = _expand_hostname(value, host, port, user)
-            if not _valid_address(addr):
+            if not valid_address(addr):
                 findings.append(Finding(("HostName",), f"'{addr}' (for {host}) is not a host name or IP address",
                                         "give a DNS name or an IPv4/IPv6 address", "ssh-config", file=file,
                                         line=line))
@@ -181,25 +237,26 @@ def from_ssh_config(path: str | os.PathLike, hosts: list[str], *, spec_file: str
                 conn["ansible_host"] = addr
         if "port" in opts:
             value, file, line = opts["port"]
-            if not value.isdigit() or not 1 <= int(value) <= 65535:
+            if not valid_port(value):
                 findings.append(Finding(("Port",), f"'{value}' is not a TCP port", "give a number from 1 to 65535",
                                         "ssh-config", file=file, line=line))
                 continue
             conn["ansible_port"] = int(value)
+        problems = _carried_problems(opts, host, port, user)
+        if problems:
+            findings.extend(problems)
+            continue
         if user:
             conn["ansible_user"] = user
         if "identityfile" in opts:
             conn["ansible_ssh_private_key_file"] = _path(_expand_hostname(opts["identityfile"][0], host, port, user))
-        args = []
-        if "userknownhostsfile" in opts:
-            args.append(f"-o UserKnownHostsFile={_path(opts['userknownhostsfile'][0].split()[0])}")
-        if opts.get("identitiesonly", ("",))[0].lower() == "yes":
-            args.append("-o IdentitiesOnly=yes")
-        if "proxyjump" in opts and opts["proxyjump"][0].lower() != "none":
-            args.append(f"-o ProxyJump={opts['proxyjump'][0]}")
-        # gpucluster keeps host keys checked whatever the config says ("never turn this off to make it work")
-        args.append("-o StrictHostKeyChecking=yes")
-        conn["ansible_ssh_common_args"] = " ".join(args)
+        known = _path(opts["userknownhostsfile"][0].split()[0]) if "userknownhostsfile" in opts else \
+            DEFAULT_KNOWN_HOSTS
+        jump = opts["proxyjump"][0] if "proxyjump" in opts and opts["proxyjump"][0].lower() != "none" else None
+        # gpucluster's host-key options come first whatever the config says ("never turn this off to make it
+        # work"); ssh keeps the first value it is given
+        conn["ansible_ssh_common_args"] = ssh_common_args(
+            known, identities_only=opts.get("identitiesonly", ("",))[0].lower() == "yes", proxy_jump=jump)
         out[host] = conn
     if missing:
         findings.append(Finding(("Host",), f"{len(missing)} host(s) of the spec{_in(spec_file)} match no Host block: "
@@ -218,13 +275,13 @@ def from_hosts_file(path: str | os.PathLike, hosts: list[str], *, spec_file: str
     path = Path(path)
     name = str(path)
     try:
-        text = path.read_text()
+        text = read_regular(path, MAX_FILE_BYTES)[0].decode()
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError([Finding(("--hosts",), f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}",
-                                 "give a CSV file with the header hostname,address[,port][,user]", "hosts-file",
-                                 file=name)]) from None
+                                 "give a CSV file (a regular file) with the header hostname,address[,port][,user]",
+                                 "hosts-file", file=name)]) from None
     findings: list[Finding] = []
-    rows = list(csv.reader(io.StringIO(text)))
+    rows = _csv_rows(text, name)
     header_at = next((i for i, r in enumerate(rows) if r and not r[0].lstrip().startswith("#")), None)
     columns = [c.strip().lower() for c in rows[header_at]] if header_at is not None else []
     allowed = [["hostname", "address"], ["hostname", "address", "port"], ["hostname", "address", "port", "user"],
@@ -244,6 +301,11 @@ def from_hosts_file(path: str | os.PathLike, hosts: list[str], *, spec_file: str
                                     f"write {','.join(columns)} on each line", "hosts-file", file=name, line=i))
             continue
         rec = {c: v.strip() for c, v in zip(columns, row, strict=True)}
+        long = next((c for c in columns if len(rec[c]) > MAX_FIELD), None)
+        if long:
+            findings.append(Finding((long,), f"the {long} is {len(rec[long])} characters long", "give a real "
+                                    f"{long} (at most {MAX_FIELD} characters)", "hosts-file", file=name, line=i))
+            continue
         host = rec["hostname"]
         if host not in known:
             findings.append(Finding(("hostname",), f"'{host}' is not a host of the spec{_in(spec_file)}",
@@ -256,15 +318,16 @@ def from_hosts_file(path: str | os.PathLike, hosts: list[str], *, spec_file: str
             continue
         first_line[host] = i
         conn: dict = {}
-        if not _valid_address(rec["address"]):
+        if not valid_address(rec["address"]):
             findings.append(Finding(("address",), f"'{rec['address']}' is not a host name or IP address",
-                                    "give a DNS name or an IPv4/IPv6 address", "hosts-file", file=name, line=i))
+                                    "give a DNS name or an IPv4/IPv6 address (an IPv6 scope id is an interface "
+                                    "name, e.g. fe80::1%eth0)", "hosts-file", file=name, line=i))
             continue
         if rec["address"] != host:
             conn["ansible_host"] = rec["address"]
         port = rec.get("port", "")
         if port:
-            if not port.isdigit() or not 1 <= int(port) <= 65535:
+            if not valid_port(port):
                 findings.append(Finding(("port",), f"'{port}' is not a TCP port", "give a number from 1 to 65535, "
                                         "or leave it empty for 22", "hosts-file", file=name, line=i))
                 continue
@@ -272,7 +335,7 @@ def from_hosts_file(path: str | os.PathLike, hosts: list[str], *, spec_file: str
                 conn["ansible_port"] = int(port)
         user = rec.get("user", "")
         if user:
-            if not re.match(r"^[a-z_][a-z0-9_.-]{0,31}$", user):
+            if not valid_user(user):
                 findings.append(Finding(("user",), f"'{user}' is not a user name", "give a login name such as root",
                                         "hosts-file", file=name, line=i))
                 continue
@@ -288,12 +351,20 @@ def from_hosts_file(path: str | os.PathLike, hosts: list[str], *, spec_file: str
     return out
 
 
-def _valid_address(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-        return True
-    except ValueError:
-        return bool(HOSTNAME_RE.match(text)) and ".." not in text
+def _csv_rows(text: str, name: str) -> list[list[str]]:
+    """The CSV rows; a row the csv module refuses (a field past its limit, a NUL) is a located finding."""
+    reader = csv.reader(io.StringIO(text))
+    rows: list[list[str]] = []
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return rows
+        except csv.Error as exc:
+            raise SpecError([Finding(("line",), f"cannot read this line as CSV ({exc})", f"give fields of at most "
+                                     f"{MAX_FIELD} characters, quoted where they hold a comma", "hosts-file",
+                                     file=name, line=reader.line_num)]) from None
+        rows.append(row)
 
 
 def _in(spec_file: str) -> str:

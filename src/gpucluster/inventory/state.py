@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from gpucluster.inventory.values import Data
 from gpucluster.paths import private_dir, state_dir
 
 
 def literal(value) -> str | None:
     """A path the inventory gives, or None for unset or a Jinja default (Ansible evaluates those; here
     gpucluster.paths gives the same default)."""
+    if isinstance(value, Data):  # written !unsafe: a literal path, whatever it holds
+        return str(value)
     return None if value is None or "{{" in str(value) else str(value)
 
 

@@ -16,6 +16,7 @@ import yaml
 
 from gpucluster.cluster import CONTRACT_GROUPS, Cluster
 from gpucluster.errors import UsageError
+from gpucluster.inventory.values import Data, inventory_value
 from gpucluster.outputs import write_set
 from gpucluster.spec.model import NodeGroup
 
@@ -97,6 +98,30 @@ class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # libyaml: 20x fa
 
 
 _Dumper.add_representer(type(None), lambda d, _: d.represent_scalar("tag:yaml.org,2002:null", ""))
+# An outside value is written as Ansible's `!unsafe` (values.inventory_value): data, never a template.
+_Dumper.add_representer(Data, lambda d, v: d.represent_scalar("!unsafe", str(v)))
+
+
+def as_data(data: dict) -> dict:
+    """The inventory document with every string value marked as data (`inventory_value`), whoever built it
+    (the CLI, or a Pulumi stack's export read back as JSON): all values are, except the two per-operator
+    defaults this module owns (DEFAULT_DIRS), which Ansible must evaluate. Host and group names are keys,
+    which Ansible never templates, and pass the spec's name rules."""
+    top = data["all"]
+    out_vars = {k: (v if DEFAULT_DIRS.get(k) == v and not isinstance(v, Data) else inventory_value(v))
+                for k, v in (top.get("vars") or {}).items()}
+    children = {}
+    for group, body in (top.get("children") or {}).items():
+        if not isinstance(body, dict):
+            children[group] = body
+            continue
+        body = dict(body)
+        if body.get("vars"):
+            body["vars"] = inventory_value(body["vars"])
+        if body.get("hosts"):
+            body["hosts"] = {h: inventory_value(v) for h, v in body["hosts"].items()}
+        children[group] = body
+    return {"all": {**top, "vars": out_vars, "children": children}}
 
 
 def _dump(data) -> str:
@@ -111,6 +136,8 @@ def inventory_files(data: dict) -> dict[str, str]:
         children["slurm_compute"]
     except (KeyError, TypeError):
         raise UsageError("not a gpucluster inventory (no all.vars.gpucluster_cluster or contract groups)") from None
+    data = as_data(data)
+    children = data["all"]["children"]
     files = {"group_vars/all.yml": HEADER + _dump(data["all"]["vars"])}
     structure: dict[str, dict] = {}
     for group, body in children.items():

@@ -397,8 +397,8 @@ def _listed(items: Callable[[], Iterable]) -> list[tuple[int, Any]]:
 
 
 def _storage_paths(spec: ClusterSpec, tiers: list[tuple[int, Any]]) -> list[tuple[str, tuple, str]]:
-    """(mount or export, field path, value) of every storage path that is text (a partial spec's refused
-    paths are not)."""
+    """(mount, export or data, field path, value) of every storage path that is text (a partial spec's
+    refused paths are not). `data` is a folder a daemon keeps as its own (chowned to it)."""
     out: list[tuple[str, tuple, str]] = []
 
     def add(kind: str, at: tuple, get: Callable[[], Any]) -> None:
@@ -410,6 +410,10 @@ def _storage_paths(spec: ClusterSpec, tiers: list[tuple[int, Any]]) -> list[tupl
             out.append((kind, at, value))
 
     add("mount", ("storage", "flash", "mount"), lambda: spec.storage.flash.mount)
+    # MooseFS's own folders: the storage role creates them and chowns them to mfs
+    add("data", ("storage", "flash", "moosefs", "data_path"), lambda: spec.storage.flash.moosefs.data_path)
+    for j, chunk in _listed(lambda: spec.storage.flash.moosefs.chunk_dirs):
+        add("data", ("storage", "flash", "moosefs", "chunk_dirs", j, "path"), lambda chunk=chunk: chunk.path)
     for i, tier in tiers:
         for j, ex in _listed(lambda tier=tier: tier.exports):
             at = ("storage", "nfs", i, "exports", j)
@@ -480,7 +484,14 @@ def _reserved_path(kind: str, path: tuple, value: str) -> Iterator[Finding]:
     """Mounts and exports alike stay out of the system directories (paths are normalised by the syntax
     layer: no '..', '//', '.' or trailing '/', so a prefix test on the text holds)."""
     hit = reserved(value)
-    if hit and kind == "mount":
+    if hit and kind == "data":
+        # a daemon's own folder may sit under /var (the default /var/lib/mfs), never be a system folder
+        # itself, nor lie under another one or another service's folder (/var/lib/munge, /etc/munge)
+        if value == hit[0] or hit[0] != "/var":
+            yield Finding(path, f"{value} would be handed to MooseFS (chowned to mfs), taking over {hit[1]} "
+                          f"({hit[0]})", "give MooseFS a folder of its own, e.g. /var/lib/mfs or /srv/mfs/chunks",
+                          "reserved-path")
+    elif hit and kind == "mount":
         yield Finding(path, f"mounting at {value} hides {hit[1]} ({hit[0]})",
                       "mount under /mnt, /home, /scratch or similar", "mount-clash")
     elif hit:

@@ -288,7 +288,8 @@ _UNSUPPORTED = ("proxyjump", "proxycommand", "-j ", "-o proxy", "certificatefile
 
 
 def _ssh_options(extra: str) -> dict[str, str]:
-    """-o Key=Value pairs of an ssh command line, keys lower-cased."""
+    """-o Key=Value pairs of an ssh command line, keys lower-cased; the first value of a key wins, as in ssh
+    (gpucluster's StrictHostKeyChecking=yes comes first: a later `=no` must not relax paramiko either)."""
     words = shlex.split(extra or "")
     out: dict[str, str] = {}
     for i, w in enumerate(words):
@@ -296,7 +297,7 @@ def _ssh_options(extra: str) -> dict[str, str]:
                                                                       else None)
         if opt and "=" in opt:
             k, v = opt.split("=", 1)
-            out[k.strip().lower()] = v.strip()
+            out.setdefault(k.strip().lower(), v.strip())
     return out
 
 
