@@ -311,3 +311,17 @@ def test_validate_paramiko_keeps_the_first_host_key_option():
     opts = lib._ssh_options("-o StrictHostKeyChecking=yes -o UserKnownHostsFile=/k "
                             "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null")
     assert opts["stricthostkeychecking"] == "yes" and opts["userknownhostsfile"] == "/k"
+
+
+@pytest.mark.parametrize("value", ["-oProxyCommand=id", "--export=ALL", "opt/nccl-tests", "/opt/x y", "/opt/$(id)"])
+def test_an_inventory_nccl_tests_dir_never_becomes_an_srun_option(tmp_path, value):
+    """fabric test runs `srun ... <nccl_tests_dir>/build/all_reduce_perf`: a value that is not a plain absolute
+    path (a leading '-' would be read as srun's option) is refused naming the variable, exit 2."""
+    from gpucluster.asbuilt.slurmrun import nccl_paths
+    from gpucluster.inventory.reader import Inventory
+
+    inv = Inventory(path=tmp_path / "hosts.yml", hosts={}, groups={}, vars={"nccl_tests_dir": value})
+    with pytest.raises(UsageError, match="nccl_tests_dir"):
+        nccl_paths(inv)
+    inv.vars["nccl_tests_dir"] = "/opt/nccl-tests-2.13"
+    assert nccl_paths(inv)[0] == "/opt/nccl-tests-2.13/build/all_reduce_perf"

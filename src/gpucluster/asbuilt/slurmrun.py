@@ -27,6 +27,7 @@ from gpucluster.asbuilt.tooloutput import ToolError, demux
 from gpucluster.errors import OperationError, UsageError
 from gpucluster.fabric.plan import Plan
 from gpucluster.inventory.reader import Host, Inventory
+from gpucluster.inventory.values import valid_path
 from gpucluster.paths import roles_dir
 
 USABLE = ("idle", "alloc", "mix", "allocated", "mixed", "comp", "completing")
@@ -67,7 +68,12 @@ def nccl_paths(inv: Inventory) -> tuple[str, str]:
 
     def value(var: str, fallback: str) -> str:
         v = inv.vars.get(var, defaults.get(var))
-        return v if isinstance(v, str) and v and "{{" not in v else fallback
+        if not isinstance(v, str) or not v or "{{" in v:
+            return fallback
+        if not (v.startswith("/") and valid_path(v)):  # it becomes srun's program: never an option
+            raise UsageError(f"{inv.path}: {var}: {v!r} is not an absolute path of plain characters; give the "
+                             "node's path, e.g. /opt/nccl-tests")
+        return v
 
     return (f"{value('nccl_tests_dir', '/opt/nccl-tests')}/build/all_reduce_perf",
             value("nccl_env_script", "/etc/profile.d/gpucluster-nccl.sh"))
