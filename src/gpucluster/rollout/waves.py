@@ -101,8 +101,8 @@ def plan_waves(units: list[tuple[str, tuple[str, ...]]], max_unavailable: int, *
             continue
         if len(mine) > max_unavailable:
             raise WaveError(
-                f"--max-unavailable {max_unavailable}: {by} {name} has {len(mine)} nodes to change and a wave is "
-                f"whole {by}s; allow at least {len(mine)}, or roll out --by node")
+                f"--max-unavailable {max_unavailable}: {by} {name} has {len(mine)} nodes to change and a wave "
+                f"never splits one; allow at least {len(mine)}, or roll out --by node")
         if len(cur_nodes) + len(mine) > max_unavailable:
             waves.append(Wave(len(waves) + 1, tuple(cur_units), tuple(cur_nodes)))
             cur_units, cur_nodes = [], []
