@@ -167,3 +167,19 @@ def test_sigkill_mid_wave_then_resume_finishes(cluster, rendered, tmp_path) -> N
     assert not [n for n, s in now.items() if s.out], now
     final = st.load(path)
     assert final["finished"] and {v["outcome"] for v in final["nodes"].values()} == {"done"}
+
+
+def test_reboot_asap_is_taken_by_slurmctld_as_the_engine_reads_it(rendered, tmp_path) -> None:
+    """The reboot class's one command, on real daemons: Slurm keeps the node's job running, marks the node
+    DRAIN + REBOOT_REQUESTED with our reason (so the engine counts it ours and rebooting, never by hand).
+    The reboot itself is not run: an emulated slurmd cannot come back with a newer boot time."""
+    with emulate(rendered.conf_dir, nodes=4, overrides={"RebootProgram": "/bin/true"}) as c:
+        slurm = Slurm(lambda cmd: c.run(cmd))
+        job = _sbatch(c, 1, 30)
+        _wait_running(c, [job])
+        busy = next(n for n, s in slurm.nodes().items() if s.states & {"ALLOCATED", "MIXED"})
+        slurm.reboot([busy], "gpc:rollout t4")
+        s = slurm.nodes([busy])[busy]
+        assert s.rebooting and s.out and not s.by_hand and s.reason == "gpc:rollout t4", s
+        assert _job_state(c, job) == "RUNNING"
+        c.run(["scontrol", "cancel_reboot", busy])
