@@ -123,6 +123,8 @@ class Rollout:
             elif self.controller is not None:
                 self.controller(daemon)
                 self.say(f"{daemon}: applied")
+            else:
+                self.say(f"{daemon}: no controller step given; nothing applied there")
             self.state["controller"][daemon] = "done"
             self.save()
 
@@ -153,7 +155,10 @@ class Rollout:
             now = self.slurm.nodes(pending)
             for n in list(pending):
                 node = now.get(n)
-                if node is not None and node.out and not self.ours(node) and not node.rebooting:
+                if node is not None and "DOWN" in node.states and "reboot" in node.reason.lower():
+                    self.mark(n, "failed", f"{what}: {node.reason}")  # slurmctld's "reboot timed out"
+                    pending.remove(n)
+                elif node is not None and node.out and not self.ours(node) and not node.rebooting:
                     self.mark(n, "by-hand", f"taken out of service during the rollout: {node.reason}")
                     pending.remove(n)
                 elif node is not None and ready(node):
