@@ -29,7 +29,7 @@ FLOORS = {
     "render": 4, "inventory": 4,
     "compiled": 5,
     "stage": 6, "validate": 6, "configure": 6, "deploy": 6, "emulate": 6, "report": 6, "asbuilt": 6, "health": 6,
-    "diff": 6,
+    "diff": 6, "rollout": 6,
     "demo": 7,
     "cli": 8,
 }

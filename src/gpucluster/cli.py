@@ -20,13 +20,14 @@ from gpucluster.emulate import cli as emulate_cli
 from gpucluster.errors import OperationError, SpecError, UsageError, findings_report, suppressed
 from gpucluster.health import cli as health_cli
 from gpucluster.inventory import cli as inventory_cli
+from gpucluster.rollout import cli as rollout_cli
 from gpucluster.stage import cli as stage_cli
 from gpucluster.validate import cli as validate_cli
 
 # Subcommands that live with their concern: each of these modules parses its arguments and prints, and
 # imports its package's library code only when the command runs (so `gpucluster --help` stays quick).
 SUBCOMMANDS = (stage_cli, inventory_cli, configure_cli, validate_cli, emulate_cli, fabric_cli, health_cli, demo_cli,
-               diff_cli)
+               diff_cli, rollout_cli)
 
 
 def _print_json(data: dict) -> None:

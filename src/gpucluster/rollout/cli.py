@@ -1,0 +1,160 @@
+"""`gpucluster rollout INVENTORY|SPEC`: apply a change in waves that are whole topology units.
+
+  --dry-run      print the waves, touch nothing
+  --status       where the last rollout of this cluster stands (from its state file)
+  --resume       continue it after Ctrl-C, a lost session or a crash
+
+Run it where the Slurm clients reach the cluster (a controller or login node). Exit 0: finished; 1: halted
+(too many nodes of a wave failed, or Slurm failed): the state is kept for --resume; 2: bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from gpucluster.errors import OperationError, UsageError
+
+
+def _target(args: argparse.Namespace):
+    """(cluster, inventory path or None, the inventory's state folder or None)."""
+    from gpucluster.cluster import load_cluster
+
+    p = Path(args.target)
+    if p.is_dir() or p.name in ("hosts.yml", "hosts.yaml"):
+        from gpucluster.inventory.reader import load_inventory
+
+        inv = load_inventory(p)
+        spec = inv.vars.get("gpucluster_spec")
+        if not spec or not Path(spec).is_file():
+            raise UsageError(f"{inv.path}: all.vars.gpucluster_spec is {spec or 'missing'}, not a spec file here; "
+                             "rewrite the inventory with `gpucluster inventory SPEC`, or give the SPEC")
+        return load_cluster(spec), p, inv.vars.get("gpucluster_state_dir")
+    if not p.is_file():
+        raise UsageError(f"{args.target}: no such inventory folder or spec file; give one (e.g. inventories/prod)")
+    return load_cluster(p), None, None
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    from gpucluster.paths import state_dir
+    from gpucluster.rollout import engine, hooks, state
+    from gpucluster.rollout.slurm import Slurm, SlurmError
+    from gpucluster.rollout.waves import WaveError, parse_max_unavailable, plan_waves, topology_units
+
+    cluster, inventory, inv_state = _target(args)
+    folder = state_dir(cluster.name, args.state_dir or inv_state)
+    if args.status:
+        path = folder / state.NAME
+        s = state.load(path)
+        _print_status(s, path)
+        return 0
+    hosts = cluster.contract_groups["slurm_compute"]
+    try:
+        units = topology_units(cluster.plan, args.by, hosts)
+        largest = max((len(n) for _, n in units), default=1)
+        cap = parse_max_unavailable(args.max_unavailable, len(hosts), largest)
+        if args.dry_run:
+            waves = plan_waves(units, cap, by=args.by)
+            print(f"{cluster.name}: {args.change} in {len(waves)} waves by {args.by}, at most {cap} of {len(hosts)} "
+                  "nodes out at once (nodes drained by hand are left out when the rollout starts)")
+            for w in waves:
+                print(f"  wave {w.index:>3}: {len(w.nodes):>4} nodes  {', '.join(w.units)}")
+            return 0
+    except WaveError as exc:
+        raise UsageError(f"{args.target}: {exc}") from None
+    slurm = Slurm()
+    path = state.state_path(folder)
+    if args.resume:
+        s = state.load(path)
+        if s.get("finished"):
+            print(f"rollout {s['id']} already finished; nothing to resume")
+            return 0
+        s["halted"] = None
+    else:
+        if path.exists() and not state.load(path).get("finished"):
+            raise UsageError(f"{path}: rollout {state.load(path)['id']} is not finished; continue it with --resume, "
+                             "see it with --status, or move the file aside to abandon it")
+        try:
+            skip = sorted(n for n, s in slurm.nodes(hosts).items() if s.by_hand)
+            waves = plan_waves(units, cap, by=args.by, skip=set(skip))
+        except SlurmError as exc:
+            raise OperationError(str(exc)) from None
+        except WaveError as exc:
+            raise UsageError(f"{args.target}: {exc}") from None
+        rid = f"{cluster.name}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+        s = engine.new_state(rid, cluster=cluster.name, source=str(cluster.source), change=args.change, by=args.by,
+                             max_unavailable=cap, waves=waves, skipped=skip, halt_share=args.halt_share / 100)
+        state.save(path, s)
+        print(f"rollout {rid}: {args.change} on {len(hosts) - len(skip)} nodes in {len(waves)} waves by {args.by}, "
+              f"at most {cap} out at once; {len(skip)} drained by hand left alone; state in {path}")
+    apply_cmd = args.apply_command or (f"gpucluster configure {inventory} --limit {{nodes}}"
+                                       if inventory and s["change"] == "drain" else None)
+    run = engine.Rollout(slurm, path, s, apply=hooks.command_hook(apply_cmd, "--apply-command") if apply_cmd else None,
+                         check=hooks.command_hook(args.check_command, "--check-command") if args.check_command
+                         else None, poll=args.poll,
+                         say=lambda text: print(text, flush=True))
+    try:
+        run.run()
+    except engine.Halted as exc:
+        print(f"halted: {exc}; fix the nodes, then --resume (state in {path})", file=sys.stderr)
+        _print_status(run.state, path)
+        return 1
+    except SlurmError as exc:
+        raise OperationError(f"{exc} (state kept in {path}: --resume continues)") from None
+    _print_status(run.state, path)
+    return 0
+
+
+def _print_status(s: dict, path: Path) -> None:
+    from gpucluster.rollout.engine import summary
+
+    done = sum(1 for w in s["waves"] if w["status"] == "done")
+    where = "finished" if s.get("finished") else f"halted: {s['halted']}" if s.get("halted") else "under way"
+    print(f"rollout {s['id']} ({s['change']} by {s['by']}, at most {s['max_unavailable']} out): {where}; "
+          f"{done}/{len(s['waves'])} waves done; controller: "
+          f"{', '.join(f'{k} {v}' for k, v in s['controller'].items())}  [{path}]")
+    running = [w for w in s["waves"] if w["status"] == "running"]
+    if running:
+        print(f"  wave {running[0]['index']} in progress: {', '.join(running[0]['units'])}")
+    for line in summary(s):
+        print(line)
+
+
+def _percent(text: str) -> float:
+    value = float(text.rstrip("%"))
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"{text}: a share from 0% to 100%")
+    return value
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("rollout", help="apply a change in waves of whole leaves, scalable units or blocks, "
+                                       "without killing a job (reboot, drain or reconfigure)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("target", metavar="INVENTORY|SPEC", help="the cluster's inventory folder, or its spec")
+    p.add_argument("--change", choices=("reboot", "drain", "reconfigure"), default="reboot",
+                   help="the change's class (from `gpucluster diff`): reboot (scontrol reboot ASAP), drain "
+                        "(drain, apply, check, resume) or reconfigure (scontrol reconfigure; no waves)")
+    p.add_argument("--by", choices=("leaf", "su", "block", "node"), default="leaf",
+                   help="what a wave is made of: whole leaves (default), scalable units, blocks (pods), or nodes")
+    p.add_argument("--max-unavailable", metavar="N|P%",
+                   help="most nodes out at once (default 5%% of the nodes, at least one whole unit)")
+    p.add_argument("--halt-share", type=_percent, default=10.0, metavar="P%",
+                   help="halt once more than this share of a wave fails (default 10%%)")
+    p.add_argument("--apply-command", metavar="CMD",
+                   help="drain class: what applies the change to a wave's drained nodes; {nodes} is their hostlist, "
+                        "{node} runs it per node (default with an inventory: gpucluster configure INVENTORY "
+                        "--limit {nodes})")
+    p.add_argument("--check-command", metavar="CMD",
+                   help="a node's checks before it goes back in service ({node} or {nodes}); a failure keeps the "
+                        "node drained with a gpc: reason")
+    p.add_argument("--state-dir", help="the cluster's private state folder (default: the inventory's, else "
+                                       "~/.local/state/gpucluster/CLUSTER)")
+    p.add_argument("--poll", type=float, default=5.0, help=argparse.SUPPRESS)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="print the waves; change nothing")
+    mode.add_argument("--resume", action="store_true", help="continue the last rollout from its state file")
+    mode.add_argument("--status", action="store_true", help="show where the last rollout stands")
+    p.set_defaults(func=cmd_rollout)

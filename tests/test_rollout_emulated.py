@@ -1,0 +1,185 @@
+"""Rollouts against real Slurm daemons: the emulator (a real slurmctld and one `slurmd -N` per node) on a
+12-node spec of 3 leaves of 4. Drain class, since an emulated node cannot reboot (docs/operations.md says
+why): the apply step is a stand-in that records when it ran and what was running on its nodes then.
+
+What must hold: no job killed (every job ends COMPLETED), every node back in service, a node drained by
+hand before the rollout stays drained and is never counted done, and a rollout killed with SIGKILL in a
+wave finishes with --resume and leaves no node drained by it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpucluster.emulate.emulator import emulate
+from gpucluster.emulate.specs import Rendered, scaled_spec, write_and_render
+from gpucluster.rollout import state as st
+from gpucluster.rollout.engine import Halted, Rollout, new_state
+from gpucluster.rollout.slurm import Slurm
+from gpucluster.rollout.waves import plan_waves, topology_units
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+HAVE_SLURM = all(shutil.which(t) or Path("/usr/sbin", t).exists() for t in ("slurmctld", "slurmd", "munged"))
+needs_slurm = pytest.mark.skipif(not IN_CI and not HAVE_SLURM, reason="slurmctld/slurmd/munged not installed")
+pytestmark = [needs_slurm, pytest.mark.slurm, pytest.mark.emulate]
+BY_HAND = "fan replaced, by hand"
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> Rendered:
+    text = scaled_spec("meta-24k-ib", {"h100": 12}, name="ro12", fabric={"scalable_unit_nodes": 4})
+    return write_and_render(text, tmp_path_factory.mktemp("ro"), "ro12")
+
+
+@pytest.fixture
+def cluster(rendered: Rendered) -> Iterator:
+    with emulate(rendered.conf_dir) as c:
+        yield c
+
+
+def _sbatch(c, nodes: int, seconds: int) -> str:
+    res = c.run(["sbatch", "--parsable", "-N", str(nodes), "--exclusive", "-o", "/dev/null", "--wrap",
+                 f"sleep {seconds}"])
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip().split(";")[0]
+
+
+def _job_state(c, jobid: str) -> str:
+    out = c.run(["scontrol", "show", "job", "-o", jobid]).stdout
+    return next((t.split("=", 1)[1] for t in out.split() if t.startswith("JobState=")), "gone")
+
+
+def _wait_running(c, jobs: list[str], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(_job_state(c, j) == "RUNNING" for j in jobs):
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"jobs not running: {[(j, _job_state(c, j)) for j in jobs]}")
+
+
+def _wait_done(c, jobs: list[str], timeout: float = 60) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = {j: _job_state(c, j) for j in jobs}
+        if not {"RUNNING", "PENDING", "COMPLETING", "CONFIGURING"} & set(states.values()):
+            return states
+        time.sleep(0.5)
+    return {j: _job_state(c, j) for j in jobs}
+
+
+def test_drain_rollout_by_leaf_keeps_every_job_and_the_hand_drained_node(cluster, rendered, tmp_path) -> None:
+    slurm = Slurm(lambda cmd: cluster.run(cmd))
+    hosts = list(cluster.nodes())
+    hand = hosts[5]
+    cluster.scontrol("update", f"nodename={hand}", "state=DRAIN", f"reason={BY_HAND}")
+    jobs = [_sbatch(cluster, 4, 6), _sbatch(cluster, 2, 4), _sbatch(cluster, 1, 3)]
+    _wait_running(cluster, jobs)
+    units = topology_units(rendered.plan, "leaf", sorted(hosts))
+    waves = plan_waves(units, 4, skip={hand})
+    seen: list[tuple[list[str], list[str]]] = []
+
+    def apply(nodes):  # stand-in for the converge of these hosts: record what still ran on them
+        seen.append((list(nodes), slurm.running_jobs(nodes)))
+        return {}
+
+    s = new_state("t1", cluster="ro12", source="", change="drain", by="leaf", max_unavailable=4, waves=waves,
+                  skipped=[hand], halt_share=0.0)
+    path = st.state_path(tmp_path / "state")
+    late = waves[-1].nodes[-1]  # drained by hand after the waves were planned: the engine must see it too
+    cluster.scontrol("update", f"nodename={late}", "state=DRAIN", f"reason={BY_HAND}")
+    Rollout(slurm, path, s, apply=apply, poll=0.3, say=lambda _: None, live=False).run()
+    assert [len(n) for n, _ in seen] and all(not running for _, running in seen), seen
+    assert all(len(n) <= 4 for n, _ in seen)
+    states = _wait_done(cluster, jobs)
+    assert set(states.values()) == {"COMPLETED"}, states
+    now = slurm.nodes()
+    for n in (hand, late):
+        assert now[n].by_hand and now[n].reason == BY_HAND
+    for n in hosts:
+        if n not in (hand, late):
+            assert not now[n].out and "IDLE" in now[n].states, (n, now[n])
+    final = st.load(path)
+    assert final["finished"] and final["nodes"][hand]["outcome"] == final["nodes"][late]["outcome"] == "by-hand"
+    assert {final["nodes"][n]["outcome"] for n in hosts if n not in (hand, late)} == {"done"}
+
+
+def test_a_failed_check_keeps_the_node_drained_and_halts(cluster, rendered, tmp_path) -> None:
+    slurm = Slurm(lambda cmd: cluster.run(cmd))
+    hosts = sorted(cluster.nodes())
+    bad = hosts[1]
+    waves = plan_waves(topology_units(rendered.plan, "leaf", hosts), 4)
+    s = new_state("t2", cluster="ro12", source="", change="drain", by="leaf", max_unavailable=4, waves=waves,
+                  skipped=[], halt_share=0.0)
+    path = st.state_path(tmp_path / "state")
+    run = Rollout(slurm, path, s, check=lambda nodes: {bad: "gpu burn failed"} if bad in nodes else {},
+                  poll=0.3, say=lambda _: None, live=False)
+    with pytest.raises(Halted, match="wave 1"):
+        run.run()
+    now = slurm.nodes()
+    assert now[bad].out and now[bad].reason.startswith("gpc:rollout t2 failed")
+    assert all(not now[n].out for n in waves[0].nodes if n != bad)
+    assert all(not now[n].out for w in waves[1:] for n in w.nodes)  # halted before wave 2
+    assert st.load(path)["nodes"][bad]["outcome"] == "failed"
+
+
+def test_sigkill_mid_wave_then_resume_finishes(cluster, rendered, tmp_path) -> None:
+    spec = rendered.conf_dir.parent / "ro12.yaml"
+    env = {**cluster.env, "PYTHONUNBUFFERED": "1"}
+    state_dir = tmp_path / "state"
+    jobs = [_sbatch(cluster, 4, 8)]
+    _wait_running(cluster, jobs)
+    argv = [sys.executable, "-m", "gpucluster.cli", "rollout", str(spec), "--change", "drain", "--by", "leaf",
+            "--max-unavailable", "4", "--state-dir", str(state_dir), "--poll", "0.3", "--apply-command", "true"]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    path = state_dir / st.NAME
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:  # kill it while wave 1 waits for the job on its leaf
+        if path.exists() and any(n["outcome"] == "draining" for n in json.loads(path.read_text())["nodes"].values()):
+            break
+        time.sleep(0.1)
+    else:
+        proc.kill()
+        raise AssertionError(f"never got to draining: {proc.communicate()[0]}")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    mid = st.load(path)
+    assert not mid["finished"]
+    drained = [n for n, s in Slurm(lambda cmd: cluster.run(cmd)).nodes().items() if s.out]
+    assert drained  # the kill left nodes drained by it
+    status = subprocess.run([*argv[:5], "--state-dir", str(state_dir), "--status"], env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert status.returncode == 0 and "under way" in status.stdout, status.stdout + status.stderr
+    again = subprocess.run([*argv, "--resume"], env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert _wait_done(cluster, jobs) == {jobs[0]: "COMPLETED"}
+    now = Slurm(lambda cmd: cluster.run(cmd)).nodes()
+    assert not [n for n, s in now.items() if s.out], now
+    final = st.load(path)
+    assert final["finished"] and {v["outcome"] for v in final["nodes"].values()} == {"done"}
+
+
+def test_reboot_asap_is_taken_by_slurmctld_as_the_engine_reads_it(rendered, tmp_path) -> None:
+    """The reboot class's one command, on real daemons: Slurm keeps the node's job running, marks the node
+    DRAIN + REBOOT_REQUESTED with our reason (so the engine counts it ours and rebooting, never by hand).
+    The reboot itself is not run: an emulated slurmd cannot come back with a newer boot time."""
+    with emulate(rendered.conf_dir, nodes=4, overrides={"RebootProgram": "/bin/true"}) as c:
+        slurm = Slurm(lambda cmd: c.run(cmd))
+        job = _sbatch(c, 1, 30)
+        _wait_running(c, [job])
+        busy = next(n for n, s in slurm.nodes().items() if s.states & {"ALLOCATED", "MIXED"})
+        slurm.reboot([busy], "gpc:rollout t4")
+        s = slurm.nodes([busy])[busy]
+        assert s.rebooting and s.out and not s.by_hand and s.reason == "gpc:rollout t4", s
+        assert _job_state(c, job) == "RUNNING"
+        c.run(["scontrol", "cancel_reboot", busy])
