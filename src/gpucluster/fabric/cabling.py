@@ -67,7 +67,7 @@ def cabling_rows(plan: Plan) -> Iterator[str]:
     ports = _Ports()
     node_tail = f",node-leaf,{endpoint_media(plan)}\n"
     uplink_tail = ",leaf-spine,fiber\n"
-    # Per (first spine, spines, uplinks): ",<leaf port>,spineNNNNN," for each leaf uplink q.
+    # Per (first spine, spines, uplinks): ",<leaf port>,spineNNNNN," for each leaf uplink q, in blocks of `spines`.
     uplink_cols: dict[tuple[int, int, int], list[list[str]]] = {}
     # Per (HCA count, node count): "<leaf port>,node-leaf,<media>\n" for node p, HCA r (fat-tree numbering).
     node_tails: dict[tuple[int, int], list[list[str]]] = {}
