@@ -124,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
                 walls, cpus, peaks = zip(*results[mode, command, name], strict=True)
                 print(f"    {command:8} {name:7} {spread(list(walls), '.3f'):>18} {spread(list(cpus), '.3f'):>18} "
                       f"{spread(list(peaks), '.0f'):>14}")
+            # run i of `after` ran right after run i of `before`: the ratio pair by pair outlasts a drifting load
+            pairs = list(zip(results[mode, command, "before"], results[mode, command, "after"], strict=True))
+            walls = [a[0] / b[0] for b, a in pairs]
+            cpus = [a[1] / b[1] for b, a in pairs]
+            print(f"    {command:8} {'a/b':7} {spread(walls, '.2f'):>18} {spread(cpus, '.2f'):>18}")
     print(f"  rendered folders: {len(names)} files, " + ("identical byte for byte" if same else
                                                            f"DIFFER: {differ + missing}"))
     print("  targets: " + ", ".join(f"{c} under {t} s wall" for c, t in TARGET.items()))
