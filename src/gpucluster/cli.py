@@ -10,24 +10,45 @@ import re
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 from gpucluster import __version__
-from gpucluster.asbuilt import cli as fabric_cli
-from gpucluster.configure import cli as configure_cli
-from gpucluster.demo import cli as demo_cli
-from gpucluster.diff import cli as diff_cli
-from gpucluster.emulate import cli as emulate_cli
 from gpucluster.errors import OperationError, SpecError, UsageError, findings_report, suppressed
-from gpucluster.health import cli as health_cli
-from gpucluster.inventory import cli as inventory_cli
-from gpucluster.rollout import cli as rollout_cli
-from gpucluster.stage import cli as stage_cli
-from gpucluster.validate import cli as validate_cli
 
-# Subcommands that live with their concern: each of these modules parses its arguments and prints, and
-# imports its package's library code only when the command runs (so `gpucluster --help` stays quick).
-SUBCOMMANDS = (stage_cli, inventory_cli, configure_cli, validate_cli, emulate_cli, fabric_cli, health_cli, demo_cli,
-               diff_cli, rollout_cli)
+BUILTIN = ("check", "plan", "render")
+# Subcommands that live with their concern, in --help order: each module parses its arguments and prints,
+# and imports its package's library code only when the command runs. The parser imports only the module of
+# the command given (none for check, plan, render; all of them for --help), through subcommand_module.
+COMMANDS = ("stage", "inventory", "configure", "secrets", "validate", "emulate", "fabric", "health", "demo", "diff",
+            "rollout")
+
+
+def subcommand_module(command: str) -> ModuleType:
+    """The CLI module that registers `command`, imported now (a plain import: tests/test_architecture.py
+    reads it, and a missing module fails loudly)."""
+    if command == "stage":
+        from gpucluster.stage import cli
+    elif command == "inventory":
+        from gpucluster.inventory import cli
+    elif command in ("configure", "secrets"):
+        from gpucluster.configure import cli
+    elif command == "validate":
+        from gpucluster.validate import cli
+    elif command == "emulate":
+        from gpucluster.emulate import cli
+    elif command == "fabric":
+        from gpucluster.asbuilt import cli
+    elif command == "health":
+        from gpucluster.health import cli
+    elif command == "demo":
+        from gpucluster.demo import cli
+    elif command == "diff":
+        from gpucluster.diff import cli
+    elif command == "rollout":
+        from gpucluster.rollout import cli
+    else:
+        raise KeyError(command)
+    return cli
 
 
 def _print_json(data: dict) -> None:
@@ -139,7 +160,8 @@ def _suppress_arg(p: argparse.ArgumentParser) -> None:
                    help="hide warnings of this rule (repeatable); errors are never suppressed")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser for `gpucluster COMMAND ...`; without a command, the whole tree (every subcommand)."""
     parser = argparse.ArgumentParser(prog="gpucluster", description=__doc__)
     parser.add_argument("--version", action="version", version=f"gpucluster {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -194,8 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slurm-version", metavar="V", help="render for this Slurm release instead of the spec's "
                                                          "slurm.version (22.05 .. 26.05), e.g. to diff an upgrade")
     p.set_defaults(func=cmd_render)
-    for module in SUBCOMMANDS:
-        module.register(sub)
+    if command not in BUILTIN:
+        wanted = (command,) if command in COMMANDS else COMMANDS  # --help, --version, a typo: every command
+        for module in dict.fromkeys(subcommand_module(name) for name in wanted):
+            module.register(sub)
     return parser
 
 
@@ -216,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     # The CLI loads no pydantic plugins: their discovery scans every installed distribution's entry
     # points (~40 ms per command). Set only for this process, never by `import gpucluster`.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(words[0] if words else None)
     args = parser.parse_args(argv)
     try:
         rc = args.func(args) or 0

@@ -36,6 +36,11 @@ def _offsets(counts: list[int]) -> list[int]:
     return out
 
 
+def _blocks(cols: list[str], size: int) -> list[list[str]]:
+    """cols cut into runs of `size` (the last may be shorter): the rows of one run share their last columns."""
+    return [cols[i:i + size] for i in range(0, len(cols), size)] if cols else []
+
+
 def cabling_chunks(plan: Plan) -> int:
     """How many chunks cabling_rows yields (one per unit, then one per spine with 3 tiers): a progress total."""
     return len(plan.units) + (plan.switches["spine"] if plan.tiers == 3 else 0)
@@ -45,8 +50,11 @@ def cabling_rows(plan: Plan) -> Iterator[str]:
     """CSV text for every link: node NIC -> leaf, leaf -> spine, spine -> core; one chunk per unit/spine.
 
     Rows are joined from pieces built once per fabric (port numbers, "<port>,spineNNNNN," columns,
-    tails) rather than formatted one by one: Colossus 200k has ~600k rows. Spines and core ports are
-    numbered pod after pod, so a partial pod with fewer spines shifts nothing before it.
+    tails) rather than formatted one by one: Colossus 200k has ~600k rows. Where a run of rows shares
+    its first and last columns (one host's NICs, one switch's uplinks to one block of peers) the run is
+    one `str.join` with "<last columns>\n<first column>" as the separator, so a row costs a copy, not
+    two concatenations. Spines and core ports are numbered pod after pod, so a partial pod with fewer
+    spines shifts nothing before it.
     """
     spec = plan.spec
     rails, groups_n = plan.rails, plan.rail_groups
@@ -59,8 +67,8 @@ def cabling_rows(plan: Plan) -> Iterator[str]:
     ports = _Ports()
     node_tail = f",node-leaf,{endpoint_media(plan)}\n"
     uplink_tail = ",leaf-spine,fiber\n"
-    # Per (first spine, spines, uplinks): ",<leaf port>,spineNNNNN," for each leaf uplink q.
-    uplink_cols: dict[tuple[int, int, int], list[str]] = {}
+    # Per (first spine, spines, uplinks): ",<leaf port>,spineNNNNN," for each leaf uplink q, in blocks of `spines`.
+    uplink_cols: dict[tuple[int, int, int], list[list[str]]] = {}
     # Per (HCA count, node count): "<leaf port>,node-leaf,<media>\n" for node p, HCA r (fat-tree numbering).
     node_tails: dict[tuple[int, int], list[list[str]]] = {}
     taken: dict[int, int] = {}  # pod -> spine ports (per spine) taken by the leaves cabled so far
@@ -73,7 +81,7 @@ def cabling_rows(plan: Plan) -> Iterator[str]:
             mids = [f",{hca},{leaf_name(plan, unit, r)}," for r, hca in enumerate(hcas)]
             for p, host in enumerate(hosts):
                 tail = ports[p + 1] + node_tail
-                rows.extend([host + mid + tail for mid in mids])
+                rows.append(host + (tail + host).join(mids) + tail)  # host,<hca>,<leaf>,<port>,... per rail
         else:
             mids = [f",{hca},{unit.name}," for hca in hcas]
             key = (len(hcas), len(hosts))
@@ -86,40 +94,42 @@ def cabling_rows(plan: Plan) -> Iterator[str]:
         pod = pods[unit.pod]
         s_per = pod.spines
         m = unit.up // s_per  # links from each of this unit's leaves to each spine of its pod
-        offsets = [q // s_per + 1 for q in range(unit.up)]
         first_port = taken.get(unit.pod, 0)
         taken[unit.pod] = first_port + per_group * m
         for r in range(len(unit.leaves)):
             lname = leaf_name(plan, unit, r)
             base = spine_base[unit.pod] + (r // per_group) * s_per
-            cols = uplink_cols.get((base, s_per, unit.up))
-            if cols is None:
-                cols = uplink_cols[base, s_per, unit.up] = [f",{leaf.down + q + 1},spine{base + q % s_per + 1:05d},"
-                                                            for q in range(unit.up)]
+            blocks = uplink_cols.get((base, s_per, unit.up))
+            if blocks is None:  # uplink q goes to spine q % s_per, on that spine's port number first + q // s_per
+                cols = [f",{leaf.down + q + 1},spine{base + q % s_per + 1:05d}," for q in range(unit.up)]
+                blocks = uplink_cols[base, s_per, unit.up] = _blocks(cols, s_per)
             first = first_port + (r % per_group) * m
-            rows.extend([lname + col + ports[first + off] + uplink_tail
-                         for col, off in zip(cols, offsets, strict=True)])
+            for k, block in enumerate(blocks):
+                tail = ports[first + k + 1] + uplink_tail
+                rows.append(lname + (tail + lname).join(block) + tail)
         yield "".join(rows)
     if plan.tiers == 3:
         c_per = plan.cores_per_plane
         s_full = plan.spines_per_group
         core_tail = ",spine-core,fiber\n"
-        core_cols: dict[tuple[int, int, int], list[str]] = {}
+        core_cols: dict[tuple[int, int, int], list[list[str]]] = {}
         core_base = _offsets([p.links_per_core for p in pods])
         for pod in pods:
             reach = pod.planes * c_per  # a spine reaches these consecutive cores (its planes' cores)
-            offsets = [core_base[pod.index] + q // reach + 1 for q in range(pod.spine_up)]
+            # uplink q of a spine lands on core port core_base + q // reach + 1: one tail per block of `reach`
+            tails = [ports[core_base[pod.index] + k + 1] + core_tail
+                     for k in range(-(-pod.spine_up // reach) if pod.spine_up else 0)]
             for g in range(groups_n):
                 for s in range(pod.spines):
                     sname = f"spine{spine_base[pod.index] + g * pod.spines + s + 1:05d}"
                     first_core = (g * s_full + s * pod.planes) * c_per + 1
-                    cols = core_cols.get((first_core, reach, pod.spine_up))
-                    if cols is None:
-                        cols = core_cols[first_core, reach, pod.spine_up] = [
-                            f",{spine.down + q + 1},core{first_core + q % reach:05d},"
-                            for q in range(pod.spine_up)]
-                    yield "".join([sname + col + ports[off] + core_tail
-                                   for col, off in zip(cols, offsets, strict=True)])
+                    blocks = core_cols.get((first_core, reach, pod.spine_up))
+                    if blocks is None:
+                        blocks = core_cols[first_core, reach, pod.spine_up] = _blocks(
+                            [f",{spine.down + q + 1},core{first_core + q % reach:05d}," for q in range(pod.spine_up)],
+                            reach)
+                    yield "".join([sname + (tail + sname).join(block) + tail
+                                   for block, tail in zip(blocks, tails, strict=True)])
 
 
 def bom_rows(plan: Plan) -> list[list]:
