@@ -100,6 +100,23 @@ def test_missing_cable(meta):
     r = run(plan, b)
     assert kinds(r) == Counter({"missing-link": 1})
     assert r.findings[0].detail == {"a": f"{host} mlx5_2", "b": end_label(leaf_end)}
+    # both ports of the host-switch cable empty: the HCA drops out of the dump, the leaf port is empty
+    assert r.findings[0].message == (f"{host} mlx5_2 - {end_label(leaf_end)}: planned cable not seen (the HCA is "
+                                     "not in the dump and the switch port is empty)")
+
+
+def test_missing_single_uplink_both_ports_empty(meta):
+    """A leaf-spine link is a bundle of one in this plan: a missing one is a missing link, both ports empty."""
+    plan, built = meta
+    assert plan.tier("spine").links_per_peer == 1
+    b = built.copy()
+    leaf_end = ("S", plan.units[1].name + "-r4", plan.tier("leaf").down + 3)
+    spine_end = b.unlink(leaf_end)
+    r = run(plan, b)
+    assert kinds(r) == Counter({"missing-link": 1})
+    f = r.findings[0]
+    assert f.message == f"{end_label(leaf_end)} - {end_label(spine_end)}: planned cable not seen (both ports empty)"
+    assert f.detail == {"a": end_label(leaf_end), "b": end_label(spine_end)}
 
 
 def test_halved_bundle(meta):
