@@ -194,6 +194,36 @@ def run_tests(argv: list[str], tests: tuple[str, ...] | list[str], root: Path,
     return rc, time.monotonic() - t0, tail
 
 
+def baseline_runs(mutations: list[Mutation]) -> list[list[str]]:
+    """The mutations' test selections, unmutated, in few pytest runs: selections on the same files with
+    `-k EXPR` are merged into one `-k "(a) or (b)"`; any other selection runs as it is."""
+    by_paths: dict[tuple[str, ...], list[str] | None] = {}
+    alone: list[list[str]] = []
+    for m in mutations:
+        args, paths, exprs = list(m.tests), [], []
+        while args:
+            a = args.pop(0)
+            if a == "-k" and args:
+                exprs.append(args.pop(0))
+            elif a.startswith("-"):
+                break
+            else:
+                paths.append(a)
+        else:
+            key = tuple(paths)
+            if not exprs:
+                by_paths[key] = None
+            elif len(exprs) == 1 and by_paths.get(key, []) is not None:
+                by_paths[key] = [*by_paths.get(key, []), exprs[0]]
+            else:
+                alone.append(list(m.tests))
+            continue
+        alone.append(list(m.tests))
+    runs = [[*paths] + (["-k", " or ".join(f"({e})" for e in dict.fromkeys(exprs))] if exprs else [])
+            for paths, exprs in by_paths.items()]
+    return runs + [a for a in dict.fromkeys(map(tuple, alone))]
+
+
 def verdict(rc: int) -> str:
     if rc in (1, 2):
         return "caught"
@@ -253,12 +283,12 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[tuple[Mutation, str, float, str]] = []
     try:
         if not args.no_baseline:
-            union = list(dict.fromkeys(t for m in mutations for t in m.tests))
-            rc, secs, tail = run_tests(pytest, union, root, args.timeout * 2)
-            print(f"baseline: {len(union)} test selection(s) unmutated: exit {rc} in {secs:.1f} s")
-            if rc != 0:
-                print(f"mutate: the unmutated tests fail, so no mutant can be judged: {tail}", file=sys.stderr)
-                return 2
+            for sel in baseline_runs(mutations):
+                rc, secs, tail = run_tests(pytest, list(sel), root, args.timeout * 2)
+                print(f"baseline {'ok' if rc == 0 else 'RED':3} {secs:6.1f} s  {' '.join(sel)}", flush=True)
+                if rc != 0:
+                    print(f"mutate: the unmutated tests fail, so no mutant can be judged: {tail}", file=sys.stderr)
+                    return 2
         for m in mutations:
             restorer.apply(m)
             try:

@@ -197,7 +197,7 @@ def test_dcgm_missing_is_not_run_never_passed(job) -> None:
 def test_dcgm_that_hangs_is_killed_at_its_budget(job) -> None:
     job.tool("dcgmi", "sleep 600\n")
     res = job.run("dcgm-diag")
-    assert res.returncode == 1 and job.seconds < BUDGET + 10, job.seconds
+    assert res.returncode == 1 and job.seconds < BUDGET + 5, job.seconds
     assert job.result("dcgm-diag")["message"] == f"dcgmi diag -r 1 did not finish within {BUDGET}s (killed)"
     assert job.slurm()["state"] == "ALLOCATED+DRAIN"
 
@@ -251,7 +251,7 @@ def test_nccl_missing_is_not_run_never_passed(job) -> None:
 
 def test_nccl_that_hangs_is_killed_at_its_budget(job) -> None:
     job.tool("all_reduce_perf", "sleep 600\n")
-    assert job.run("nccl-allreduce").returncode == 1 and job.seconds < BUDGET + 10
+    assert job.run("nccl-allreduce").returncode == 1 and job.seconds < BUDGET + 5
     assert job.result("nccl-allreduce")["message"] == (f"all_reduce_perf on 8 GPUs did not finish within {BUDGET}s "
                                                        "(killed)")
 
