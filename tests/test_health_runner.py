@@ -321,6 +321,7 @@ def test_an_operator_drain_between_read_and_update_is_kept(node) -> None:
     assert node.updates == []
     assert node.state["applied"].startswith("not changed: the node changed since this run read it (reason '' -> "
                                             "'RMA ticket 4711'")
+    assert node.state["reason"] == ""  # what Slurm had when read; the drain was not applied
 
 
 def test_a_reason_changed_between_read_and_resume_is_not_resumed(node) -> None:

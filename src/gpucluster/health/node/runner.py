@@ -241,6 +241,8 @@ def run(config_path: str, node: str | None = None, act: bool = True, t0: float |
             if act and d.action == "drain":
                 ok, text = ctl.drain(node, d.reason, seen=info)
                 summary["applied"] = True if ok else text
+                if not ok:
+                    summary["reason"] = info.get("reason", "")  # Slurm's, unchanged
             elif act and d.action == "resume":
                 ok, text = ctl.resume(node, seen=info)
                 summary["applied"] = True if ok else text
