@@ -217,7 +217,9 @@ def test_nccl_pass(job, busbw: float) -> None:
     all_reduce(job, busbw)
     res = job.run("nccl-allreduce")
     assert res.returncode == 0, res.stderr
-    assert job.result("nccl-allreduce")["message"] == f"all_reduce_perf on 8 GPUs: bus bandwidth {busbw} GB/s"
+    r = job.result("nccl-allreduce")
+    assert (r["ok"], r["message"]) == (True, f"all_reduce_perf on 8 GPUs: bus bandwidth {busbw} GB/s")
+    assert job.slurm() == {"state": "ALLOCATED", "reason": ""}
 
 
 def test_nccl_below_the_bar(job) -> None:
@@ -284,7 +286,9 @@ def test_ib_pass(ib, cluster) -> None:
     a, b = ib.nodes
     bar = round(cluster.plan.speed_gbps * active.IB_FLOOR, 1)
     for node in (a, b):
-        assert ib.result("ib-bandwidth", node)["message"] == f"ib_write_bw {a} -> {b} on 8 HCAs at {bar} Gb/s or more"
+        r = ib.result("ib-bandwidth", node)
+        assert (r["ok"], r["message"]) == (True, f"ib_write_bw {a} -> {b} on 8 HCAs at {bar} Gb/s or more")
+        assert ib.slurm(node) == {"state": "ALLOCATED", "reason": ""}
 
 
 def test_ib_below_the_bar_names_the_hca_and_drains_both(ib, cluster) -> None:

@@ -378,10 +378,35 @@ def test_run_time_budgets_add_up_below_slurms_kill() -> None:
     print(f"worst case: {worst:.1f} s (check_timeout {max_check} s, run_budget {run_budget} s)")
 
 
+# Stand-ins for the worst case: scontrol that takes almost its whole 5 s call budget each time, failing
+# for want of a credential through the node's munged and answering through the private one; a munged that
+# opens its socket just before its 3 s start budget ends and ignores SIGTERM.
+SLOW_SCONTROL = r"""#!/usr/bin/env python3
+import os, sys, time
+time.sleep(4.9)
+if "munge-" not in os.environ.get("SLURM_CONF", ""):
+    sys.stderr.write('error: Munge encode failed: Failed to access "/run/munge/munge.socket.2": No such file\n')
+    sys.exit(1)
+if sys.argv[1:3] == ["show", "node"]:
+    print("NodeName=" + sys.argv[4] + " Arch=x86_64 State=IDLE ThreadsPerCore=1")
+"""
+SLOW_MUNGED = r"""#!/usr/bin/env python3
+import signal, socket, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+path = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--socket="))
+time.sleep(2.9)
+s = socket.socket(socket.AF_UNIX)
+s.bind(path)
+s.listen(8)
+time.sleep(600)
+"""
+
+
 def test_worst_case_run_measured_with_everything_hanging(node) -> None:
-    """Every check sleeps past its budget, scontrol takes its whole call budget before failing for want of
-    a credential, the private munged never answers: the run still ends by its budget (and so below 60 s
-    with the spec's largest check_timeout; docs/health.md has that run measured)."""
+    """Every check sleeps past its budget; scontrol takes 4.9 s of its 5 s each call and fails for want of
+    a credential; the private munged opens its socket after 2.9 s of its 3 s and ignores SIGTERM; through
+    it the show, the re-read before the update and the update each take 4.9 s again. The run still ends
+    by its budget (and so below 60 s with the spec's largest check_timeout; docs/health.md has that run)."""
     check_timeout = int(os.environ.get("GPC_HEALTH_WORST_CHECK_TIMEOUT", "2"))
     run_budget = check_timeout + 10
     for i in range(4):
@@ -392,9 +417,8 @@ def test_worst_case_run_measured_with_everything_hanging(node) -> None:
     conf = node.tmp / "slurm.conf"
     conf.write_text("ClusterName=test\n")
     bin_dir = node.tmp / "bin"
-    (bin_dir / "scontrol").write_text("#!/bin/sh\nsleep 4.9\necho 'error: Munge encode failed: Failed to access "
-                                      '"/run/munge/munge.socket.2": No such file or directory\' >&2\nexit 1\n')
-    (bin_dir / "munged").write_text("#!/bin/sh\nsleep 600\n")  # never opens its socket
+    (bin_dir / "scontrol").write_text(SLOW_SCONTROL)
+    (bin_dir / "munged").write_text(SLOW_MUNGED)
     for f in ("scontrol", "munged"):
         (bin_dir / f).chmod(0o755)
     run_dir = node.tmp / "run"
@@ -412,4 +436,5 @@ def test_worst_case_run_measured_with_everything_hanging(node) -> None:
     assert took < 60
     state = node.state
     assert all(state["checks"][f"sleepy{i}"]["timed_out"] for i in range(4))
-    assert "Munge encode failed" in state["why"] and "munged did not start" in state.get("auth", "")
+    assert state.get("auth", "").startswith("private munged (the node's did not answer")
+    assert state["action"] in ("drain", "none")  # "none": the last call was cut at the deadline
