@@ -100,6 +100,23 @@ def test_missing_cable(meta):
     r = run(plan, b)
     assert kinds(r) == Counter({"missing-link": 1})
     assert r.findings[0].detail == {"a": f"{host} mlx5_2", "b": end_label(leaf_end)}
+    # both ports of the host-switch cable empty: the HCA drops out of the dump, the leaf port is empty
+    assert r.findings[0].message == (f"{host} mlx5_2 - {end_label(leaf_end)}: planned cable not seen (the HCA is "
+                                     "not in the dump and the switch port is empty)")
+
+
+def test_missing_single_uplink_both_ports_empty(meta):
+    """A leaf-spine link is a bundle of one in this plan: a missing one is a missing link, both ports empty."""
+    plan, built = meta
+    assert plan.tier("spine").links_per_peer == 1
+    b = built.copy()
+    leaf_end = ("S", plan.units[1].name + "-r4", plan.tier("leaf").down + 3)
+    spine_end = b.unlink(leaf_end)
+    r = run(plan, b)
+    assert kinds(r) == Counter({"missing-link": 1})
+    f = r.findings[0]
+    assert f.message == f"{end_label(leaf_end)} - {end_label(spine_end)}: planned cable not seen (both ports empty)"
+    assert f.detail == {"a": end_label(leaf_end), "b": end_label(spine_end)}
 
 
 def test_halved_bundle(meta):
@@ -281,3 +298,31 @@ def test_hosts_file_is_read_by_the_inventory_reader_and_may_be_partial(meta, tmp
         load_hosts(bad, hosts)
     f = exc.value.findings[0]
     assert (f.file, f.line, f.field) == (str(bad), 2, "address")
+
+
+def test_a_host_not_in_the_plan_on_a_spare_port(meta):
+    """A cable whose far end matches nothing planned (an HCA of a host the plan does not have)."""
+    plan, built = meta
+    b = built.copy()
+    core = plan.tier("core")
+    b.hcas[("stranger01", "mlx5_0")] = "stranger01 mlx5_0"
+    b.link(("H", "stranger01", "mlx5_0"), ("S", "core00001", core.radix - 1))
+    r = run(plan, b)
+    assert kinds(r) == Counter({"extra-link": 1})
+    assert r.findings[0].message.endswith("is not in the plan; host 'stranger01' is not in the plan (map it with "
+                                          "--hosts)")
+
+
+def test_an_uplink_moved_onto_an_unknown_switch(meta):
+    """The leaf's port is taken (by a switch the plan does not have), the spine's is empty: the planned
+    cable is not seen as planned, beside the unknown switch."""
+    plan, built = meta
+    b = built.copy()
+    leaf_end = ("S", plan.units[2].name + "-r1", plan.tier("leaf").down + 5)
+    spine_end = b.unlink(leaf_end)
+    b.extra_switches["lab-sw-02"] = 8
+    b.link(leaf_end, ("S", "lab-sw-02", 1))
+    r = run(plan, b)
+    assert kinds(r) == Counter({"unknown-switch": 1, "missing-link": 1})
+    miss = next(f for f in r.findings if f.kind == "missing-link")
+    assert miss.message == f"{end_label(leaf_end)} - {end_label(spine_end)}: planned cable not seen as planned"

@@ -193,6 +193,15 @@ def test_ecc_nvidia(host, field: int, value: str, message: str) -> None:
     assert checks.run_check(ecc()) == (False, message)
 
 
+def test_ecc_fails_when_nvidia_smi_lists_no_gpu(host) -> None:
+    """nvidia-smi answering with no row (every GPU off the bus) is no evidence of healthy ECC."""
+    host.prints("nvidia-smi", "")
+    assert checks.run_check(ecc()) == (False, "nvidia-smi listed no GPU")
+    host._cases = {}
+    host.prints("nvidia-smi", "No devices were found\n")  # what it prints with the driver loaded and no GPU
+    assert checks.run_check(ecc()) == (False, "nvidia-smi listed no GPU")
+
+
 def test_ecc_not_available_is_not_an_error(host) -> None:
     host.prints("nvidia-smi", ecc_with(2, "[N/A]"))
     assert checks.run_check(ecc())[0] is True

@@ -128,6 +128,8 @@ def test_a_broken_node_drains_then_resumes_and_a_hand_drain_stays(cluster) -> No
     t0 = time.monotonic()
     wait_for("gpu01 resumed", lambda: "DRAIN" not in node(cluster, "gpu01")["states"], (2 + 2) * INTERVAL + 10)
     print(f"gpu01 resumed {time.monotonic() - t0:.1f} s after its check was mended (resume_after 2)")
+    # the runner resumes with state=undrain (only the drain flag): slurmctld clears gpucluster's reason too
+    assert not node(cluster, "gpu01").get("Reason"), node(cluster, "gpu01")
     time.sleep(2 * INTERVAL)  # several passing runs on gpu02 too
     assert drained_with(cluster, "gpu02", "maintenance by hand"), node(cluster, "gpu02")
     cluster.scontrol("update", "nodename=gpu02", "state=resume")

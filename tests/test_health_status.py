@@ -88,3 +88,11 @@ def test_json_output_is_one_record_per_node(rows) -> None:
 
 def test_broken_state_file_reads_as_no_run() -> None:
     assert status.parse_state_file("{truncated") == {} and status.parse_state_file("[1]") == {}
+
+
+def test_an_active_check_that_could_not_run_reads_not_run(rows) -> None:
+    rows[1].checks["dcgm-diag"] = {"ok": False, "not_run": True, "active": True, "since": 1795397421.0,
+                                   "message": "not run: dcgmi is not installed (no DCGM on this node)"}
+    text = status.format_status(rows, now=1795397421.0 + 30)
+    assert "    NOT RUN dcgm-diag: not run: dcgmi is not installed (no DCGM on this node) (since " in text
+    assert "dcgm-diag" not in text.split("NOT RUN dcgm-diag")[1].split("\n")[1]  # never listed as ok

@@ -36,8 +36,11 @@ class Transport:
     stand_in: bool = False
 
 
-# Defaults. nccl: 8 x 400G H100 nodes reach ~370 GB/s all_reduce bus bandwidth across nodes
-# (network bound, 350-390 GB/s published; 370/400 = 0.925). perftest: ib_write_bw reaches ~96% of
+# Defaults, each below the range healthy hardware reaches, never in its middle (a bar in the middle fails
+# half the healthy pairs). nccl: 8 x 400G H100 nodes reach 350-390 GB/s all_reduce bus bandwidth across
+# nodes in public write-ups, ~370 typical (network bound); 0.85 x 400 = 340 GB/s sits 10 GB/s (3 %) under
+# the low end, so a healthy pair at 350 passes and a node with one of eight rails gone (~7/8 x 370 = 324)
+# fails (docs/fabric.md). perftest: ib_write_bw reaches ~96% of
 # the line rate on an idle link. iperf3: the staging stand-in; the container network's nominal 10 Gb/s
 # is no hardware limit, and a veth pair gives what the CPU can copy. Calibrated on this project's shared
 # 2-core build machine, two streams per pair at once (docs/fabric.md): healthy pairs measured 0.64-10.9
@@ -45,8 +48,9 @@ class Transport:
 # host veth) 0.009. A bar of 0.02 x 10 Gb/s = 0.2 Gb/s is 3x under the worst healthy pair and 20x over
 # the throttled one.
 TRANSPORTS = {
-    "nccl": Transport("nccl", "all_reduce_perf (nccl-tests / rccl-tests)", "GB/s", True, 0.925,
-                      "8 x 400G H100: ~370 GB/s all_reduce busbw across nodes"),
+    "nccl": Transport("nccl", "all_reduce_perf (nccl-tests / rccl-tests)", "GB/s", True, 0.85,
+                      "8 x 400G H100: 350-390 GB/s all_reduce busbw across nodes published; the bar sits "
+                      "below that range"),
     "perftest": Transport("perftest", "ib_write_bw (perftest)", "Gb/s", False, 0.96,
                           "ib_write_bw on an idle link: ~96% of the line rate"),
     "iperf3": Transport("iperf3", "iperf3 over the container network (staging stand-in for the transport)",
@@ -252,10 +256,13 @@ class Verdict:
     outcomes: list[Outcome]
     suspects: list[Suspect] = field(default_factory=list)
     followups: list[Case] = field(default_factory=list)  # cases that would split what is still ambiguous
+    unmeasured: list[Case] = field(default_factory=list)  # cases run_test asked for that gave no figure
 
     @property
     def ok(self) -> bool:
-        return not any(o.slow for o in self.outcomes)
+        """Every case measured, none slow: a case with no figure (a node down, a job that printed none)
+        proves nothing about its links, so it can never count as passed."""
+        return not self.unmeasured and not any(o.slow for o in self.outcomes)
 
 
 def localise(plan: Plan, outcomes: list[Outcome]) -> Verdict:
@@ -401,6 +408,7 @@ def run_test(plan: Plan, runner: Runner, tiers: Iterable[str] = TIERS, transport
              efficiency: float | None = None, max_followups: int = 2) -> Verdict:
     """Run the cases round by round, localise, and run follow-ups until nothing is ambiguous."""
     todo = cases(plan, tiers, transport, efficiency)
+    asked = list(todo)
     outcomes: list[Outcome] = []
     for n in sorted({c.round for c in todo}):
         outcomes += runner.run([c for c in todo if c.round == n])
@@ -408,9 +416,12 @@ def run_test(plan: Plan, runner: Runner, tiers: Iterable[str] = TIERS, transport
     for _ in range(max_followups):
         if not verdict.followups:
             break
+        asked += verdict.followups
         for n in sorted({c.round for c in verdict.followups}):
             outcomes += runner.run([c for c in verdict.followups if c.round == n])
         verdict = localise(plan, outcomes)
+    measured = {o.case for o in outcomes}
+    verdict.unmeasured = [c for c in dict.fromkeys(asked) if c not in measured]
     return verdict
 
 

@@ -125,7 +125,8 @@ def format_status(rows: list[NodeStatus], now: float | None = None) -> str:
         head = f"  {r.name} [{r.state}] {_ago(r.last_run, now)}: {r.action or 'none'} ({r.why})"
         lines.append(head)
         for name, c in failed.items():
-            lines.append(f"    FAIL {name}: {c.get('message', '')} (since {_when(c.get('since'))})")
+            word = "NOT RUN" if c.get("not_run") else "FAIL"  # an active check whose tool is missing
+            lines.append(f"    {word} {name}: {c.get('message', '')} (since {_when(c.get('since'))})")
         passing = sorted(n for n in r.checks if n not in failed)
         if passing:
             lines.append(f"    ok: {', '.join(passing)}")

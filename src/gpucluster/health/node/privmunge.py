@@ -207,11 +207,11 @@ class PrivateMunged:
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
-            try:
-                self.proc.wait(timeout=3)
+            try:  # munged exits at once on SIGTERM; the run's last second is kept for this (runner.STOP_RESERVE_S)
+                self.proc.wait(timeout=1)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.wait(timeout=3)
+                self.proc.wait(timeout=1)
         if self.proc is not None and self.proc.stderr is not None:
             self.proc.stderr.close()
         if self.folder is not None:

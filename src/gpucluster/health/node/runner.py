@@ -39,6 +39,12 @@ DEFAULT_CONFIG = "/etc/gpucluster/health/config.json"
 DEFAULT_STATE_DIR = "/var/lib/gpucluster/health"  # the config names it (render/health/config.py: STATE_DIR)
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 HERE = os.path.dirname(os.path.abspath(__file__))
+RUNNER_CHECK = "runner"  # the name in a drain reason when the runner itself failed (gpc:runner: ...)
+# The most a whole run may take: slurmd kills its HealthCheckProgram at 60 s. The spec keeps run_budget
+# (check_timeout + 10) at or below 55; what is left of this after the checks is the scontrol calls'.
+HARD_LIMIT_S = 55.0
+STOP_RESERVE_S = 1.5  # kept back from the scontrol calls for stopping a private munged and saving state
+REPORT_LOCK_WAIT_S = 65.0  # a report waits this long for a run to finish (a run ends within 60 s)
 
 
 def node_name(given: str | None = None) -> str:
@@ -156,9 +162,11 @@ def save_state(path: str, state: dict) -> None:
 
 
 def record(state: dict, results: list[dict], now: float) -> dict:
-    """Per check: its last result, and since when it has had that outcome."""
+    """Per check: its last result, and since when it has had that outcome. The active checks' results
+    (reported by their Slurm jobs, `active: true`) are kept as they were: a passive run does not repeat
+    them, and dropping them would hide the last DCGM, NCCL or IB verdict from `health status`."""
     before = state.get("checks", {})
-    checks = {}
+    checks = {name: dict(c) for name, c in before.items() if isinstance(c, dict) and c.get("active")}
     for r in results:
         old = before.get(r["name"], {})
         since = old.get("since", now) if old.get("ok") == r["ok"] else now
@@ -170,16 +178,18 @@ def record(state: dict, results: list[dict], now: float) -> dict:
 
 
 def session(config: dict, env: dict, deadline: float | None = None) -> slurmctl.Session:
-    """This run's scontrol calls: through the node's munged, else a private one with the node's key."""
+    """This run's scontrol calls: through the node's munged, else a private one with the node's key. Every
+    call ends by `deadline` (monotonic) less STOP_RESERVE_S, which is kept for stopping that munged."""
     return slurmctl.Session(env, munge_key=config.get("munge_key", slurmctl.privmunge.KEY),
-                            run_dir=config.get("run_dir", slurmctl.privmunge.BASE), deadline=deadline)
+                            run_dir=config.get("run_dir", slurmctl.privmunge.BASE),
+                            deadline=None if deadline is None else deadline - STOP_RESERVE_S)
 
 
 def resumable(checks: list[dict], reason: str) -> set[str]:
     """The checks whose passing runs may lift a gpc: drain: this run's, a config error, and a check the node
     no longer runs (a site check an operator removed, a check the spec now skips: its verdict no longer
     counts, or a buggy check would keep every node it drained out for good); never an active check's."""
-    names = {c["name"] for c in checks} | {"config"}
+    names = {c["name"] for c in checks} | {"config", RUNNER_CHECK}
     by = decide.check_of(reason)
     return names | ({by} if by and by not in decide.ACTIVE else set())
 
@@ -198,7 +208,10 @@ def _open(config_path: str, node: str | None) -> tuple[dict, dict[str, str], str
     return config, environment(config), state_dir, node_name(node)
 
 
-def run(config_path: str, node: str | None = None, act: bool = True) -> dict:
+def run(config_path: str, node: str | None = None, act: bool = True, t0: float | None = None) -> dict:
+    """One run: the checks, then the decision applied in Slurm; all of it by t0 (monotonic, the program's
+    start) + run_budget, never later than t0 + HARD_LIMIT_S."""
+    t0 = time.monotonic() if t0 is None else t0
     config_path = os.path.abspath(config_path)  # the checks run from /, not from the caller's folder
     config, env, state_dir, node = _open(config_path, node)
     env["SLURMD_NODENAME"] = node  # site checks may want to know which node they check
@@ -206,9 +219,9 @@ def run(config_path: str, node: str | None = None, act: bool = True) -> dict:
     checks += site_checks(config.get("site_dir", "/etc/gpucluster/health.d"), float(config.get("check_timeout", 20)),
                           {c["name"] for c in checks})
     started = time.time()
-    run_budget = float(config.get("run_budget", 30))
-    deadline = time.monotonic() + run_budget  # the checks', then scontrol's: one budget for the whole run
-    results = run_checks(checks, config_path, env, run_budget)
+    run_budget = min(float(config.get("run_budget", 30)), HARD_LIMIT_S)
+    deadline = t0 + run_budget  # the checks', then scontrol's: one budget for the whole run
+    results = run_checks(checks, config_path, env, max(0.5, deadline - time.monotonic()))
     state_path = os.path.join(state_dir, "state.json")
     state = load_state(state_path)
     failures = [(r["name"], r["message"]) for r in results if not r["ok"]]
@@ -223,12 +236,16 @@ def run(config_path: str, node: str | None = None, act: bool = True) -> dict:
                               int(config.get("resume_after", 3)), resumable(checks, info.get("reason", "")))
             summary.update(action=d.action, why=d.why, passes=d.passes, slurm_state=info.get("State", ""),
                            reason=d.reason if d.action == "drain" else info.get("reason", ""))
+            # Only if Slurm's reason is still the one decided on (slurmctl.Session.update_if): an operator
+            # may have drained the node, or given it their own reason, since it was read.
             if act and d.action == "drain":
-                ok, text = ctl.drain(node, d.reason)
-                summary["applied"] = ok if ok else f"scontrol update failed: {text}"
+                ok, text = ctl.drain(node, d.reason, seen=info)
+                summary["applied"] = True if ok else text
+                if not ok:
+                    summary["reason"] = info.get("reason", "")  # Slurm's, unchanged
             elif act and d.action == "resume":
-                ok, text = ctl.resume(node)
-                summary["applied"] = ok if ok else f"scontrol update failed: {text}"
+                ok, text = ctl.resume(node, seen=info)
+                summary["applied"] = True if ok else text
                 if ok:
                     summary["reason"] = ""
         if ctl.auth:
@@ -257,21 +274,41 @@ def stale(config_path: str, now: float | None = None) -> bool:
     return (time.time() if now is None else now) - last >= stale_after(config)
 
 
-def report(config_path: str, check: str, ok: bool, message: str, node: str | None = None) -> dict:
+def lock(state_dir: str, wait: float = 0.0):
+    """The run lock (<state_dir>/.lock), held until the returned file is closed; None when another run
+    holds it after `wait` seconds. A run and a report take the same one: both rewrite state.json."""
+    os.makedirs(state_dir, mode=0o755, exist_ok=True)
+    fh = open(os.path.join(state_dir, ".lock"), "w")  # noqa: SIM115 - held for the whole run
+    end = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fh
+        except OSError:
+            if time.monotonic() >= end:
+                fh.close()
+                return None
+            time.sleep(0.1)
+
+
+def report(config_path: str, check: str, ok: bool | None, message: str, node: str | None = None) -> dict:
     """An active check's verdict (from its Slurm job): recorded beside the passive ones; a failure
-    drains the node like theirs. A pass changes nothing in Slurm: the node was running the job."""
+    drains the node like theirs. A pass changes nothing in Slurm: the node was running the job.
+    ok None: the check could not run (its tool is missing): recorded as not run, never as passed, and
+    the node is not drained for it (the job itself exits 1, so sacct shows it too)."""
+    t0 = time.monotonic()
     config, env, state_dir, node = _open(config_path, node)
     path = os.path.join(state_dir, "state.json")
     state = load_state(path)
     now = time.time()
-    result = _result(check, ok, message, 0.0)
+    result = _result(check, bool(ok), message, 0.0)
     checks = state.get("checks", {})
     old = checks.get(check, {})
-    checks[check] = {**result, "since": old.get("since", now) if old.get("ok") == ok else now, "last": now,
-                     "active": True}
+    checks[check] = {**result, "since": old.get("since", now) if old.get("ok") == bool(ok) else now, "last": now,
+                     "active": True, **({"not_run": True} if ok is None else {})}
     state["checks"] = checks
-    if not ok:
-        with session(config, env) as ctl:
+    if ok is False:
+        with session(config, env, t0 + HARD_LIMIT_S) as ctl:
             info, why_not = ctl.show(node)
             if info is None:
                 state["why"] = f"{check} failed; node state unknown, nothing changed: {why_not}"
@@ -279,14 +316,38 @@ def report(config_path: str, check: str, ok: bool, message: str, node: str | Non
                 d = decide.decide(info.get("State", ""), info.get("reason", ""), [(check, message)], 0, 1)
                 state.update(action=d.action, why=d.why, passes=0)
                 if d.action == "drain":
-                    done, text = ctl.drain(node, d.reason)
-                    state["applied"] = done if done else f"scontrol update failed: {text}"
+                    done, text = ctl.drain(node, d.reason, seen=info)
+                    state["applied"] = True if done else text
                     state["reason"] = d.reason
     save_state(path, state)
     return state
 
 
+def failed_run(config_path: str, node: str | None, what: str, t0: float) -> tuple[bool, str]:
+    """The runner itself failed (an exception): drain the node with `gpc:runner: <what>` as a failing check
+    would, so a broken runner never leaves a node looking healthy. (drained or left as an operator set it,
+    how); False when Slurm could not be told."""
+    try:
+        with open(config_path) as fh:
+            config = json.load(fh)
+        config = config if isinstance(config, dict) else {}
+    except (OSError, ValueError):
+        config = {}
+    env = environment(config) if isinstance(config.get("env", {}), dict) else environment({})
+    with session(config, env, t0 + HARD_LIMIT_S) as ctl:
+        name = node_name(node)
+        info, why_not = ctl.show(name)
+        if info is None:
+            return False, f"node state unknown, nothing changed: {why_not}"
+        d = decide.decide(info.get("State", ""), info.get("reason", ""), [(RUNNER_CHECK, what)], 0, 1)
+        if d.action != "drain":
+            return True, d.why
+        ok, text = ctl.drain(name, d.reason, seen=info)
+        return ok, d.reason if ok else text
+
+
 def main(argv: list[str] | None = None) -> int:
+    t0 = time.monotonic()
     p = argparse.ArgumentParser(description="gpucluster node health checks (Slurm HealthCheckProgram).")
     p.add_argument("--config", default=DEFAULT_CONFIG)
     p.add_argument("--node", help="Slurm node name (default: $SLURMD_NODENAME, else the short hostname)")
@@ -294,14 +355,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--if-stale", action="store_true",
                    help="only if no run started within the interval (the node's timer, beside slurmd's runs)")
     p.add_argument("--report", metavar="CHECK", help="record an active check's verdict (from its Slurm job)")
-    p.add_argument("--failed", metavar="MESSAGE", help="with --report: the check failed, and why")
-    p.add_argument("--passed", metavar="MESSAGE", help="with --report: the check passed")
+    verdict = p.add_mutually_exclusive_group()
+    verdict.add_argument("--failed", metavar="MESSAGE", help="with --report: the check failed, and why")
+    verdict.add_argument("--passed", metavar="MESSAGE", help="with --report: the check passed")
+    verdict.add_argument("--not-run", metavar="MESSAGE", help="with --report: the check could not run, and why")
     args = p.parse_args(argv)
-    if args.report:
-        ok = args.failed is None
-        state = report(args.config, args.report, ok, args.passed if ok else args.failed, args.node)
-        print(f"gpucluster-health: {args.report} {'passed' if ok else 'failed'}: {state.get('why', 'recorded')}")
-        return 0
     try:
         with open(args.config) as fh:
             state_dir = state_dir_of(json.load(fh))
@@ -309,24 +367,42 @@ def main(argv: list[str] | None = None) -> int:
         # Unchecked is not healthy: say so in Slurm. A good config later resumes the node (gpc: reason).
         why = getattr(exc, "strerror", None) or exc
         reason = decide.reason_for([("config", f"cannot read {args.config}: {why}")])
-        with session({}, environment({})) as ctl:
+        with session({}, environment({}), t0 + HARD_LIMIT_S) as ctl:
             ok, text = ctl.drain(node_name(args.node), reason)
         print(f"gpucluster-health: {reason}" + ("" if ok else f" (scontrol: {text})"), file=sys.stderr)
         return 0
+    held = None
     try:
-        os.makedirs(state_dir, mode=0o755, exist_ok=True)
-        lock = open(os.path.join(state_dir, ".lock"), "w")  # noqa: SIM115 - held for the whole run
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        if args.report:
+            if args.failed is None and args.passed is None and args.not_run is None:
+                p.error("--report needs --passed, --failed or --not-run")
+            held = lock(state_dir, REPORT_LOCK_WAIT_S)
+            if held is None:
+                print(f"gpucluster-health: {args.report} not recorded: a run held {state_dir}/.lock for "
+                      f"{REPORT_LOCK_WAIT_S:g} s", file=sys.stderr)
+                return 1
+            ok = False if args.failed is not None else None if args.not_run is not None else True
+            message = args.failed if ok is False else args.not_run if ok is None else args.passed
+            state = report(args.config, args.report, ok, message, args.node)
+            word = {True: "passed", False: "failed", None: "not run"}[ok]
+            print(f"gpucluster-health: {args.report} {word}: {state.get('why', 'recorded')}")
+            return 0
+        held = lock(state_dir)
+        if held is None:
             print("gpucluster-health: a run is still going; this one exits")
             return 0
         if args.if_stale and not stale(args.config):
             return 0
-        summary = run(args.config, args.node, act=not args.no_act)
-    except Exception as exc:  # never keep slurmd from registering: report and exit 0
-        print(f"gpucluster-health: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 0
+        summary = run(args.config, args.node, act=not args.no_act, t0=t0)
+    except Exception as exc:  # the runner itself broke: never a silent exit 0, never a node left looking fine
+        what = f"{type(exc).__name__}: {exc}"
+        ok, text = failed_run(args.config, args.node, what, t0)
+        print(f"gpucluster-health: the runner failed: {what}; " + (text if ok else f"Slurm not told: {text}"),
+              file=sys.stderr)
+        return 0 if ok else 1  # Slurm told (drained): exit 0 as always; not told: slurmd logs the exit status
+    finally:
+        if held is not None:
+            held.close()
     failed = [f"{n}: {c['message']}" for n, c in summary["checks"].items() if not c["ok"]]
     print(f"gpucluster-health {summary['node']}: {summary['action']} ({summary['why']})"
           + (f"; failed: {'; '.join(failed)}" if failed else "") + (f"; scontrol: {summary['auth']}"

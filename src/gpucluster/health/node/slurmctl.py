@@ -20,6 +20,7 @@ except ImportError:  # run as a script on a node: the files sit side by side
 _REASON = re.compile(r"(?:^|\s)Reason=(?P<text>.*?)(?:\s\[(?P<user>[^\]@\s]+)@(?P<time>[^\]\s]+)\])?"
                      r"(?=\s+(?:Comment|Extra|ResumeAfterTime)=|\s*$)")
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z][\w/:.]*)=(\S*)")
+MIN_CALL_S = 0.2  # less time than this left in the run: the call is not made (it could not finish)
 
 
 def parse_node(line: str) -> dict[str, str]:
@@ -69,17 +70,24 @@ class Session:
         self.private: privmunge.PrivateMunged | None = None
         self.auth = ""  # "" (the node's munged), or how the private munged went
 
-    def _timeout(self) -> float:
+    def _timeout(self) -> float | None:
+        """Seconds the next call may take: call_timeout, cut to what is left before the deadline; None when
+        too little is left to be worth a call (the run must end before slurmd's 60 s kill)."""
         if self.deadline is None:
             return self.call_timeout
-        return max(1.0, min(self.call_timeout, self.deadline - time.monotonic()))
+        left = min(self.call_timeout, self.deadline - time.monotonic())
+        return left if left >= MIN_CALL_S else None
 
     def _start_private(self, why: str) -> bool:
         """True when the private munged runs and self.env points scontrol at it; else self.auth says why not."""
         if self.private is not None or not self.munge_key:
             return False
+        left = self._timeout()
+        if left is None:
+            self.auth = "private munged not tried: no time left in the run's budget"
+            return False
         self.private = privmunge.PrivateMunged(self.munge_key, privmunge.node_slurm_conf(self.env), self.run_dir,
-                                               timeout=min(3.0, self._timeout()))
+                                               timeout=min(3.0, left))
         try:
             self.env.update(self.private.start())
         except (privmunge.PrivateMungeError, OSError) as exc:
@@ -89,10 +97,16 @@ class Session:
         return True
 
     def call(self, args: list[str]) -> tuple[int, str]:
-        rc, text = _scontrol(args, self.env, self._timeout())
+        rc, text = self._once(args)
         if rc != 0 and privmunge.munge_failure(text) and self._start_private(_munge_line(text)):
-            rc, text = _scontrol(args, self.env, self._timeout())
+            rc, text = self._once(args)
         return rc, text
+
+    def _once(self, args: list[str]) -> tuple[int, str]:
+        timeout = self._timeout()
+        if timeout is None:
+            return 124, f"scontrol {args[0]} not run: no time left in the run's budget"
+        return _scontrol(args, self.env, timeout)
 
     def show(self, node: str) -> tuple[dict[str, str] | None, str]:
         rc, text = self.call(["show", "node", "-o", node])
@@ -101,13 +115,33 @@ class Session:
         nodes = parse_nodes(text)
         return (nodes[node], "") if node in nodes else (None, f"scontrol does not know node {node}")
 
-    def drain(self, node: str, reason: str) -> tuple[bool, str]:
-        rc, text = self.call(["update", f"nodename={node}", "state=drain", f"reason={reason}"])
-        return rc == 0, text
+    def update_if(self, node: str, seen: dict[str, str] | None, changes: list[str]) -> tuple[bool, str]:
+        """`scontrol update nodename=NODE CHANGES`, only if Slurm's reason and drain flag are still those of
+        `seen` (the `show` the decision was made on; None: unconditionally).
 
-    def resume(self, node: str) -> tuple[bool, str]:
-        rc, text = self.call(["update", f"nodename={node}", "state=resume"])
-        return rc == 0, text
+        Slurm has no compare-and-swap for a node's state or reason (scontrol update takes no condition), so
+        the node is read again right before the update: the window in which an operator's drain or reason
+        could be overwritten shrinks from the whole run (the checks: up to check_timeout) to the time
+        between two scontrol calls. (False, why) when it changed or cannot be read."""
+        if seen is not None:
+            now, why_not = self.show(node)
+            if now is None:
+                return False, f"not changed: cannot read the node again right before the update: {why_not}"
+            before = (seen.get("reason", ""), _drained(seen.get("State", "")))
+            after = (now.get("reason", ""), _drained(now.get("State", "")))
+            if before != after:
+                return False, (f"not changed: the node changed since this run read it (reason {before[0]!r} -> "
+                               f"{after[0]!r}, drained {before[1]} -> {after[1]})")
+        rc, text = self.call(["update", f"nodename={node}", *changes])
+        return rc == 0, (text if rc == 0 else f"scontrol update failed: {text}")
+
+    def drain(self, node: str, reason: str, seen: dict[str, str] | None = None) -> tuple[bool, str]:
+        return self.update_if(node, seen, ["state=drain", f"reason={reason}"])
+
+    def resume(self, node: str, seen: dict[str, str] | None = None) -> tuple[bool, str]:
+        """UNDRAIN, not RESUME: it clears the drain flag (and gpucluster's reason) and nothing else; a node
+        that went DOWN meanwhile stays DOWN (RESUME would mark it up). Slurm 20.11 and later have it."""
+        return self.update_if(node, seen, ["state=undrain"])
 
     def close(self) -> None:
         if self.private is not None:
@@ -118,6 +152,11 @@ class Session:
 
     def __exit__(self, *_exc) -> None:
         self.close()
+
+
+def _drained(state: str) -> bool:
+    """IDLE+DRAIN, MIXED+DRAIN, DOWN+DRAIN (decide.is_drained, kept here so this file stands alone)."""
+    return "DRAIN" in str(state).upper().split("+")
 
 
 def _munge_line(text: str) -> str:

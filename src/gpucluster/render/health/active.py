@@ -16,6 +16,12 @@ from gpucluster.render.templating import environment
 SUBMIT = f"{LIB_DIR}/active-submit.sh"
 NCCL_TESTS_DIR = "/opt/nccl-tests"  # the nccl role's nccl_tests_dir default
 IB_FLOOR = 0.9  # ib_write_bw must reach this share of the planned link rate
+IB_PORT = 18515  # ib_write_bw's default port; HCA i of a job uses IB_PORT + i (the servers run at once)
+
+
+def tool_seconds(limit_s: int) -> int:
+    """How long the check's tool may run inside a job of `limit_s` seconds."""
+    return max(1, limit_s - min(60, limit_s // 2))
 
 
 def _script(check: str, group: str) -> str:
@@ -73,8 +79,10 @@ def _ctx(cluster: Cluster) -> dict:
             "submit": SUBMIT, "state_dir": STATE_DIR, "nccl_tests_dir": NCCL_TESTS_DIR,
             "partition": active.partition or "", "min_busbw": active.nccl_min_busbw_gbps or "",
             "min_gbits": round(cluster.plan.speed_gbps * IB_FLOOR, 1),
-            # the check's own timeout: the job's limit less a minute for srun and the reports
-            "seconds": max(60, limit_s - 60)}
+            "ib_port": IB_PORT,
+            # the tool's own budget: the job's limit less a minute (half of a limit under two) for srun and
+            # the reports, so a hung tool is killed and still reported before Slurm ends the job
+            "seconds": tool_seconds(limit_s)}
 
 
 def files(cluster: Cluster) -> dict[str, str]:
