@@ -143,3 +143,30 @@ def test_no_module_finds_the_checkout_by_counting_parents_or_patches_sys_path(pa
 def test_the_cli_imports_its_subcommands_plainly():
     text = (SRC / "cli.py").read_text()
     assert "importlib" not in text and "import_module" not in text
+
+
+def test_the_floor_table_in_the_docs_is_floors():
+    """docs/architecture.md's floor block names exactly the packages of FLOORS, each on its floor, and every one
+    exists in the tree: a package added, moved or renamed without the doc fails here."""
+    import re
+
+    doc = (SRC.parent.parent / "docs" / "architecture.md").read_text()
+    block = doc.split("```", 2)[1]
+    floor, named = None, {}
+    for line in block.splitlines():
+        m = re.match(r"^(\d)\s+(.*)$", line)
+        if m:
+            floor, line = int(m.group(1)), m.group(2)
+        elif not line.startswith("   "):
+            continue
+        left = line[:46] if floor != 8 else ""
+        for name in re.findall(r"[a-z_][a-z_.]*[a-z_]", left):
+            named[name] = floor
+    named["cli"] = 8  # floor 8 is described in words: gpucluster/cli.py and every */cli.py
+    expected = {k: v for k, v in FLOORS.items() if k not in ("gpucluster", "_lazy")}
+    assert named == expected
+    for name in expected:
+        if name == "cli":
+            continue
+        path = SRC / name.replace(".", "/")
+        assert path.is_dir() or path.with_suffix(".py").is_file(), f"docs name {name}, not in src/gpucluster"
