@@ -56,17 +56,22 @@ def check_no_slurm_config_on_any_compute_node(c) -> None:
 
 
 def check_scontrol_on_a_compute_node_answers_from_the_controller(c) -> None:
-    """The node's client finds slurmd's cache (no /etc/slurm/slurm.conf), and the answer is slurmctld's running
-    config: configless is on, and the controller is the one the spec names."""
+    """`scontrol show config` on a compute node works with no /etc/slurm there (the client reads slurmd's cache
+    to find slurmctld), and what it prints is slurmctld's running config: its SLURM_CONF is the controller's
+    file, which this node does not have; configless is on; the controller is the one the spec names."""
     host = configless_compute(c)[0]
+    controller = c.hosts("slurm_controller")[0]
     conf = show_config(c, host)
-    assert conf.get("SLURM_CONF") == f"{CONF_CACHE}/slurm.conf", f"{host}: SLURM_CONF={conf.get('SLURM_CONF')}"
+    served_from = conf.get("SLURM_CONF", "")
+    assert c.exec(host, "test", "-e", served_from).returncode != 0, (
+        f"{host}: {served_from} exists on the node: the answer may not be slurmctld's")
+    assert c.exec(controller, "test", "-f", served_from).returncode == 0, f"{controller} has no {served_from}"
+    assert c.exec(host, "test", "-f", f"{CONF_CACHE}/slurm.conf").returncode == 0, f"{host}: no {CONF_CACHE}"
     assert "enable_configless" in conf.get("SlurmctldParameters", ""), conf.get("SlurmctldParameters")
-    controllers = c.hosts("slurm_controller")
-    assert conf.get("SlurmctldHost[0]", "").split("(")[0] == controllers[0], conf.get("SlurmctldHost[0]")
+    assert conf.get("SlurmctldHost[0]", "").split("(")[0] == controller, conf.get("SlurmctldHost[0]")
     assert conf.get("ClusterName") == c.spec.name
     unit = c.exec(host, "systemctl", "show", "slurmd", "-p", "ExecStart", check=True).stdout
-    assert f"--conf-server {controllers[0]}:" in unit, f"{host}: slurmd is not started with --conf-server: {unit}"
+    assert f"--conf-server {controller}:" in unit, f"{host}: slurmd is not started with --conf-server: {unit}"
 
 
 def _inventory_with(c, tmp_path: Path, name: str, parameters: dict) -> Path:
