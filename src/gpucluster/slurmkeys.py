@@ -222,8 +222,9 @@ KEYS: tuple[Key, ...] = (
     Key("CredType", written=None, changes=_CTLD, source=CTLD_22),
     Key("LaunchType", written=None, changes=_BOTH, source=AT_START),
     Key("PluginDir", written=None, changes=_BOTH, source=BOTH_22),
-    # 22.05.8 notes a restart for its enable_configless flag; the key is taken whole here, to be safe
-    Key("SlurmctldParameters", syntax=KV_LIST, written=None, changes=_CTLD, source=CTLD_22 + " (enable_configless)"),
+    # 22.05.8 notes a restart for its enable_configless flag; the key is taken whole here, to be safe. The
+    # template writes it: enable_configless (configless Slurm, docs/roles.md) merged with the spec's flags.
+    Key("SlurmctldParameters", syntax=KV_LIST, changes=_CTLD, source=CTLD_22 + " (enable_configless)"),
     Key("SwitchType", written=None, changes=_BOTH,
         source='slurm.conf(5) 22.05.8: "All Slurm daemons, commands and running jobs must be restarted"',
         loses_jobs='slurm.conf(5) 22.05.8-26.05.5: "If running jobs exist at the time slurmctld is restarted with a '

@@ -76,17 +76,27 @@ def cli_rendered(tmp_path_factory) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir() if p.is_file()}
 
 
+# Configless (docs/roles.md): the hosts that read the files themselves hold /etc/slurm; a compute node's slurmd
+# fetches them from slurmctld into its cache (SlurmdSpoolDir/conf-cache, linked from /run/slurm/conf).
+CONFIG_HOLDERS = sorted(set(SLURM_HOSTS) - (set(COMPUTE) - set(_group("slurm_controller") + _group("slurm_login")
+                                                                  + _group("slurm_dbd"))))
+CONF_CACHE = "/run/slurm/conf"
+
+
+def _config_path(host: str, name: str) -> str:
+    return f"/etc/slurm/{name}" if host in CONFIG_HOLDERS else f"{CONF_CACHE}/{name}"
+
+
 @pytest.fixture(scope="module")
 def node_hashes(staged_cluster):
-    """host -> {file name: sha256} of /etc/slurm/<file> on that node (one SSH call per node)."""
+    """host -> {path: sha256} of /etc/slurm/<file> and the conf cache's <file> on that node (one SSH call)."""
     seen: dict[str, dict[str, str]] = {}
 
     def get(host: str) -> dict[str, str]:
         if host not in seen:
-            paths = " ".join(f"/etc/slurm/{f}" for f in CONFIG_FILES)
+            paths = " ".join(f"{d}/{f}" for d in ("/etc/slurm", CONF_CACHE) for f in CONFIG_FILES)
             res = staged_cluster.ssh(host, f"sha256sum {paths} 2>/dev/null; true", check=True)
-            seen[host] = {line.split()[1].rsplit("/", 1)[-1]: line.split()[0]
-                          for line in res.stdout.splitlines() if line.strip()}
+            seen[host] = {line.split()[1]: line.split()[0] for line in res.stdout.splitlines() if line.strip()}
         return seen[host]
 
     return get
@@ -95,12 +105,14 @@ def node_hashes(staged_cluster):
 @pytest.mark.parametrize("host", SLURM_HOSTS)
 @pytest.mark.parametrize("name", CONFIG_FILES)
 def test_config_on_node_is_byte_identical_to_cli_render(staged_cluster, cli_rendered, node_hashes, host, name):
+    """Controllers hold the rendered file; a compute node's slurmd has it from slurmctld, byte for byte."""
     _need_converged(staged_cluster)
     if name not in cli_rendered:
         pytest.skip(f"`gpucluster render` writes no {name} for this spec")
-    got = node_hashes(host).get(name)
-    assert got is not None, f"{host}: /etc/slurm/{name} is missing"
-    assert got == cli_rendered[name], f"{host}: /etc/slurm/{name} differs from `gpucluster render` output"
+    path = _config_path(host, name)
+    got = node_hashes(host).get(path)
+    assert got is not None, f"{host}: {path} is missing"
+    assert got == cli_rendered[name], f"{host}: {path} differs from `gpucluster render` output"
 
 
 # ---------------------------------------------------------------- Slurm sees the cluster as planned

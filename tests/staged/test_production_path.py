@@ -63,6 +63,11 @@ def _slurm_hosts(c) -> list[str]:
     return sorted({h for g in ("slurm_dbd", "slurm_controller", "slurm_compute", "slurm_login") for h in c.hosts(g)})
 
 
+def _config_holders(c) -> list[str]:
+    """The hosts holding /etc/slurm/slurm.conf: configless, compute nodes get it from slurmctld (docs/roles.md)."""
+    return sorted({h for g in ("slurm_dbd", "slurm_controller", "slurm_login") for h in c.hosts(g)})
+
+
 def test_fresh_image_met_the_apt_trap_and_configure_got_past_it(staged_cluster):
     """The node image ships no package lists (it is built with /var/lib/apt/lists emptied). In CI the image
     was built in this run, so the folder's date is minutes old: apt's cache_valid_time alone would call that
@@ -117,8 +122,8 @@ def test_check_mode_on_the_converged_cluster_changes_nothing(staged_cluster):
 
 
 def test_check_mode_shows_one_slurm_conf_change_where_it_lands_and_changes_nothing(staged_cluster, tmp_path):
-    """The spec gains one slurm.conf parameter: --check --diff reports exactly that line, on the Slurm hosts
-    only, and the nodes keep their files."""
+    """The spec gains one slurm.conf parameter: --check --diff reports exactly that line, on the hosts holding
+    slurm.conf only (configless: the controllers, never a compute node), and the nodes keep their files."""
     c = staged_cluster
     _need_converged(c)
     data = yaml.safe_load(Path(c.spec_path).read_text())
@@ -130,7 +135,7 @@ def test_check_mode_shows_one_slurm_conf_change_where_it_lands_and_changes_nothi
               "--state-dir", str(tmp_path / "state"))
     assert res.returncode == 0, res.stderr
     before = {h: c.exec(h, "sha256sum", "/etc/slurm/slurm.conf", check=True).stdout.split()[0]
-              for h in _slurm_hosts(c)}
+              for h in _config_holders(c)}
     from gpucluster.configure import configure, summary
 
     lines: list[str] = []
@@ -139,9 +144,9 @@ def test_check_mode_shows_one_slurm_conf_change_where_it_lands_and_changes_nothi
     (c.logs / "check-changed-spec.log").write_text(report)
     assert result.ok, f"check run failed: {result.failures}"
     changed = {h: t for h, t in result.changes.items() if t and h != "localhost"}  # localhost: its own compile
-    assert set(changed) == set(_slurm_hosts(c)), report
+    assert set(changed) == set(_config_holders(c)), report
     assert all(tasks == [t for t in tasks if t.startswith(SLURM_CONF_TASK)] for tasks in changed.values()), changed
-    for host in _slurm_hosts(c):
+    for host in _config_holders(c):
         diffs = "\n".join(text for _task, text in result.diffs.get(host, []))
         added = [ln for ln in diffs.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
         removed = [ln for ln in diffs.splitlines() if ln.startswith("-") and not ln.startswith("---")]
@@ -149,7 +154,7 @@ def test_check_mode_shows_one_slurm_conf_change_where_it_lands_and_changes_nothi
         assert all(ln in ("+MaxArraySize=4321", "+# Site parameters (slurm.parameters in the spec)", "+")
                    for ln in added), f"{host}: {diffs}"
     after = {h: c.exec(h, "sha256sum", "/etc/slurm/slurm.conf", check=True).stdout.split()[0]
-             for h in _slurm_hosts(c)}
+             for h in _config_holders(c)}
     assert after == before, "a check run changed slurm.conf on a node"
     shutil.rmtree(tmp_path / "state", ignore_errors=True)
 

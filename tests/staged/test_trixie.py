@@ -208,3 +208,29 @@ def test_second_configure_changes_nothing(staged_trixie):
     assert result.ok, f"second configure failed: {result.failures} (log {result.log_path})"
     changed = {h: tasks for h, tasks in result.changes.items() if tasks}
     assert result.changed == 0, f"second configure changed {result.changed} things: {changed} (log {result.log_path})"
+
+
+# ---------------------------------------------------------------- configless Slurm 24.11 (test_configless.py)
+
+
+def test_configless_no_slurm_config_on_any_compute_node(staged_trixie):
+    from test_configless import check_no_slurm_config_on_any_compute_node
+
+    _need_converged(staged_trixie)
+    check_no_slurm_config_on_any_compute_node(staged_trixie)
+
+
+def test_configless_scontrol_on_a_compute_node_answers_from_the_controller(staged_trixie):
+    from test_configless import check_scontrol_on_a_compute_node_answers_from_the_controller
+
+    _need_converged(staged_trixie)
+    check_scontrol_on_a_compute_node_answers_from_the_controller(staged_trixie)
+
+
+# Last in the file, not marked disruptive: staged_trixie is module-scoped, and a disruptive test is moved to the
+# session's end, after this module's cluster is gone. It restores the spec before it returns.
+def test_configless_slurm_conf_change_visits_only_the_controllers(staged_trixie, tmp_path):
+    from test_configless import check_a_slurm_conf_change_visits_only_the_controllers
+
+    _need_converged(staged_trixie)
+    check_a_slurm_conf_change_visits_only_the_controllers(staged_trixie, tmp_path)

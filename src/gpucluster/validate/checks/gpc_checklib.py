@@ -131,6 +131,18 @@ def node_state_ok(state: str) -> tuple[bool, str]:
     return True, state
 
 
+# Configless Slurm (docs/roles.md): the hosts that read the Slurm files themselves hold them in conf_dir; a
+# compute node's slurmd fetches them from slurmctld into its cache (SlurmdSpoolDir/conf-cache, linked here).
+SLURM_CONFIG_HOLDERS = ("slurm_controller", "slurm_login", "slurm_dbd")
+SLURM_CONF_CACHE = "/run/slurm/conf"
+
+
+def slurm_conf_dir(ctx, host: str) -> str:
+    """Where host's Slurm files are: conf_dir on a host that holds them, slurmd's cache on a configless node."""
+    holds = any(ctx.in_group(host, g) for g in SLURM_CONFIG_HOLDERS)
+    return ctx.doc["slurm"]["conf_dir"] if holds else SLURM_CONF_CACHE
+
+
 def parse_gres(value: str) -> list[str]:
     """'gpu:h100:4(S:0),gpu:h100:4' -> ['gpu:h100:4', ...], socket annotations removed."""
     if not value or value in ("(null)", "none"):

@@ -10,7 +10,7 @@ import re
 import shlex
 
 import pytest
-from gpc_checklib import run, stat
+from gpc_checklib import run, slurm_conf_dir, stat
 
 SLURM_HOSTS = ("slurm_controller", "slurm_compute", "slurm_login")
 
@@ -103,7 +103,8 @@ def test_foreign_munge_key_cannot_register(ctx, node, target, doc):
     if not doc["probes"]:
         pytest.skip(f"{target.host}: probe not asked for (a second slurmd with a foreign munge key on this node); "
                     "gpucluster validate --probes runs it")
-    script = (_FOREIGN_PROBE.replace("CONF_DIR", shlex.quote(doc["slurm"]["conf_dir"]))
+    # a configless compute node: the files slurmctld served, from slurmd's cache
+    script = (_FOREIGN_PROBE.replace("CONF_DIR", shlex.quote(slurm_conf_dir(ctx, target.host)))
               .replace("PORT", "16818").replace("SECONDS", "20").replace("NODE", shlex.quote(target.host)))
     ctl_log = shlex.quote(doc["slurm"]["ctld_log"])
     ctl = ctx.slurm_host() if ctx.mode == "ssh" and ctx.controller else None

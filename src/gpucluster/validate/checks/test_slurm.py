@@ -13,6 +13,7 @@ from gpc_checklib import (
     parse_scontrol_records,
     parse_show_config,
     run,
+    slurm_conf_dir,
 )
 
 SLURM_HOSTS = ("slurm_controller", "slurm_compute", "slurm_login")
@@ -24,10 +25,16 @@ def _slurm_files(ctx, host):
 
 
 @pytest.mark.per(SLURM_HOSTS, items=_slurm_files)
-def test_slurm_config_file(node, target, doc, item):
-    """Hash compare against `gpucluster render`; the diff is printed (Slurm configs hold no secret)."""
+def test_slurm_config_file(ctx, node, target, doc, item):
+    """Hash compare against `gpucluster render`; the diff is printed (Slurm configs hold no secret). A configless
+    compute node: slurmd's cache holds the file slurmctld served, and conf_dir holds no stale copy."""
     want = doc["slurm"]["files"][item]
-    path = f"{doc['slurm']['conf_dir']}/{item}"
+    conf_path = f"{doc['slurm']['conf_dir']}/{item}"
+    path = f"{slurm_conf_dir(ctx, target.host)}/{item}"
+    if path != conf_path:
+        stale = run(node, f"test -e {conf_path}")
+        assert stale.rc != 0, (f"{target.host}: {conf_path} exists on a configless compute node (slurmctld serves "
+                               "it; `gpucluster configure` removes the stale copy)")
     out = run(node, f"sha256sum {path}")
     assert out.rc == 0, f"{target.host}: {path} is missing ({out.stderr.strip()})"
     if out.stdout.split()[0] != want["sha256"]:
