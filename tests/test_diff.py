@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import hostlist
 import pytest
 from conftest import example_path
 
@@ -255,3 +256,19 @@ def test_adding_nodes_needs_what_diff_says_on_the_real_slurmctld(line, tmp_path)
             with contextlib.suppress(Exception):
                 seen = sorted(cluster.nodes())
     assert (seen == list(new.hosts)) == (nodes.cls == "reconfigure"), (line, nodes.cls, seen)
+
+
+def test_configless_a_served_file_visits_only_the_controllers_but_a_slurmd_restart_visits_the_nodes(tmp_path):
+    """slurmctld serves slurm.conf to every slurmd (configless, the rendered SlurmctldParameters): a reconfigure
+    change copies to the controllers only; a change slurmd reads at start (MpiDefault) still restarts it on
+    every compute node."""
+    old = load_cluster(spec(tmp_path, "a", STAGING))
+    controllers = tuple(sorted(old.contract_groups["slurm_controller"]))
+    compute = set(old.contract_groups["slurm_compute"])
+    new = spec(tmp_path, "b", with_parameters(STAGING, MaxArraySize=4321, MpiDefault="pmi2"))
+    got = {c.what: c for c in diff_specs(spec(tmp_path, "a", STAGING), new).changes}
+    reconf, restart = got["slurm.conf MaxArraySize"], got["slurm.conf MpiDefault"]
+    assert (reconf.cls, reconf.groups, reconf.hosts) == ("reconfigure", ("slurm_controller", "slurm_login"),
+                                                         controllers)
+    assert restart.cls == "restart-slurmd" and "slurm_compute" in restart.groups
+    assert compute <= {h for expr in restart.hosts for h in hostlist.expand_hostlist(expr)}

@@ -16,7 +16,7 @@ change is applied to). Classes, least disruptive first:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gpucluster import slurmkeys, slurmtext
@@ -32,6 +32,10 @@ CONTRACT = 1  # the --json contract's version (docs/operations.md); bumped on an
 SLURM_GROUPS = ("slurm_controller", "slurm_compute", "slurm_login")
 CTLD = ("slurm_controller",)
 SLURMD = ("slurm_compute",)
+# Configless Slurm (docs/roles.md): slurmctld serves these files to every slurmd; only the hosts that hold them
+# (controllers and login nodes) get a copy, and a compute node is visited only for a slurmd restart.
+SERVED = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf", "topology.yaml")
+HOLDERS = ("slurm_controller", "slurm_login")
 
 # Where the classes of files other than slurm.conf come from.
 TOPOLOGY_SOURCE = ('topology.conf(5) 22.05.8, 24.11.5, 26.05.5: "Changes to the configuration file take effect upon '
@@ -115,6 +119,8 @@ def diff_clusters(old: Cluster, new: Cluster) -> DiffResult:
         if a == b:
             continue
         changes += _file_changes(name, a or "", b or "", old, new, version, owners.get(name, ()))
+    if _configless(rn.get("slurm.conf", "")):
+        changes = [_served(c, new) for c in changes]
     return DiffResult(str(old.source), str(new.source), old.spec.slurm.version, version, tuple(changes))
 
 
@@ -263,6 +269,21 @@ def _gres(a: str, b: str, new: Cluster, version: str) -> list[Change]:
                        "copy, then restart slurmctld and every slurmd", groups, hosts, source=GRES_TYPE_22)]
     return [Change("gres.conf changed", "file", "gres.conf", RECONFIGURE, "copy, then scontrol reconfigure",
                    groups, hosts, source=GRES_TYPE_24 if not _before_2311(version) else TOPOLOGY_SOURCE)]
+
+
+def _configless(slurm_conf: str) -> bool:
+    flags = slurmtext.all_settings(slurm_conf).get("slurmctldparameters", ())
+    return any("enable_configless" in str(f).split(",") for f in flags)
+
+
+def _served(change: Change, new: Cluster) -> Change:
+    """A copy-only change (none, reconfigure) to a file slurmctld serves reaches slurmd without a visit: the
+    copy goes to the holders only. A restart or a drain still visits the compute nodes."""
+    if change.target not in SERVED or change.cls not in (NONE, RECONFIGURE) or not set(change.groups) - set(HOLDERS):
+        return change
+    groups = tuple(g for g in change.groups if g in HOLDERS) or HOLDERS[:1]
+    action = change.action.replace("copy", "copy to the controllers (slurmd reads the served file)", 1)
+    return replace(change, groups=groups, hosts=_hosts(new, groups), action=action)
 
 
 def _before_2311(version: str) -> bool:
