@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import re
 import shutil
 import socket
 import subprocess
@@ -28,6 +27,7 @@ from types import TracebackType
 
 import hostlist
 
+from gpucluster import slurmtext
 from gpucluster.emulate.procs import (
     ORDER_MUNGED,
     ORDER_SLURMCTLD,
@@ -101,22 +101,12 @@ def tail(path: Path, lines: int = 40) -> str:
     return "\n".join(data[-lines:]) or f"({path} empty)"
 
 
-def parse_kv_line(line: str) -> dict[str, str]:
-    """One ``scontrol show ... -o`` record; values may hold spaces (OS=Linux 6.1 #1 SMP ...)."""
-    out: dict[str, str] = {}
-    for tok in re.split(r"\s+(?=[A-Za-z][\w/:.]*=)", line.strip()):
-        if "=" in tok:
-            k, v = tok.split("=", 1)
-            out[k] = v.strip()
-    return out
-
-
 def parse_show_blocks(text: str) -> dict[str, dict]:
     """``scontrol show topology`` of topology/block -> name -> {nodes, size, aggregated}; base blocks are
     BlockName lines, the blocks Slurm built from BlockSizes are AggregatedBlock lines."""
     out: dict[str, dict] = {}
     for line in text.splitlines():
-        raw = parse_kv_line(line)
+        raw = slurmtext.record(line)
         name = raw.get("BlockName") or raw.get("AggregatedBlock")
         if name is None:
             continue
@@ -135,7 +125,7 @@ def parse_show_nodes(text: str) -> dict[str, dict]:
     for line in text.splitlines():
         if not line.startswith("NodeName="):
             continue
-        raw = parse_kv_line(line)
+        raw = slurmtext.record(line)
         name = raw["NodeName"]
         state = raw.get("State", "")
         gres = raw.get("Gres", "(null)")
@@ -469,7 +459,7 @@ class SlurmCluster:
         """``scontrol show partition -o``: name -> raw fields (Nodes, Topology on 25.05+, ...)."""
         out = {}
         for line in self.scontrol("show", "partition", "-o").splitlines():
-            raw = parse_kv_line(line)
+            raw = slurmtext.record(line)
             if "PartitionName" in raw:
                 out[raw["PartitionName"]] = raw
         return out

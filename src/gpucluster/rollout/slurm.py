@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import hostlist
 
+from gpucluster import slurmtext
+
 Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
 OURS = "gpc:"  # every reason gpucluster writes starts so; any other reason is a person's (or another tool's)
 _STAMP = re.compile(r"\s*\[[^\]@]*@[^\]]*\]\s*$")  # scontrol appends " [user@time]" to a reason
@@ -58,21 +60,12 @@ class NodeState:
         return bool(self.states & REBOOTING)
 
 
-def _fields(line: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for tok in re.split(r"\s+(?=[A-Za-z][\w/:.]*=)", line.strip()):
-        if "=" in tok:
-            k, v = tok.split("=", 1)
-            out[k] = v.strip()
-    return out
-
-
 def parse_nodes(text: str) -> dict[str, NodeState]:
     """`scontrol show node -o` -> name -> NodeState (State=IDLE+DRAIN, Reason=... [user@time])."""
     out = {}
     for line in text.splitlines():
         if line.startswith("NodeName="):
-            raw = _fields(line)
+            raw = slurmtext.record(line)
             state = raw.get("State", "")
             reason = _STAMP.sub("", raw.get("Reason", "")).strip()
             out[raw["NodeName"]] = NodeState(raw["NodeName"], frozenset(filter(None, state.split("+"))),
