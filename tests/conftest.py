@@ -30,6 +30,18 @@ GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 BROKEN_DIR = Path(__file__).resolve().parent / "broken"
 
 
+def load_file(path: Path, name: str):
+    """A Python file that is not a package module (an Ansible plugin, a node-side check) imported under `name`
+    (registered in sys.modules, so dataclasses and pickling inside it work)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
 def example_path(name: str) -> Path:
     return EXAMPLES_DIR / f"{name}.yaml"
 

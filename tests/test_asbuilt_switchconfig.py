@@ -6,13 +6,13 @@ and the DSCP the switch maps to the lossless priority (SONiC config_db fragment,
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import re
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import load_file
 
 from gpucluster.cluster import cluster_of, load_cluster
 from gpucluster.errors import UsageError
@@ -25,10 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def role_filters():
     """The Ansible filter module the rdma role renders roce-qos.conf with (plugins/filter)."""
-    spec = importlib.util.spec_from_file_location("gpucluster_spec_filter", ROOT / "plugins/filter/gpucluster_spec.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(ROOT / "plugins/filter/gpucluster_spec.py", "gpucluster_spec_filter")
 
 
 def roce_spec(tmp_path, **roce) -> Path:

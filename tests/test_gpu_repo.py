@@ -29,7 +29,6 @@ driver's maintainer scripts or DKMS build (docs/drivers.md).
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import re
 import shutil
@@ -38,7 +37,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, example_path
+from conftest import ROOT, example_path, load_file
 
 pytestmark = pytest.mark.skipif(not (shutil.which("apt-get") and shutil.which("dpkg-deb") and shutil.which("dpkg")),
                                 reason="needs apt-get, dpkg and dpkg-deb (Debian)")
@@ -48,15 +47,7 @@ NEWER_POINT = "570.181.01-1"  # a stand-in later release of the locked branch (n
 OWN_VERSION = {"570": "570.124.06-1", "580": "580.65.06-1"}  # nvidia-modprobe's own version in each branch
 
 
-def _filters():
-    spec = importlib.util.spec_from_file_location("gpucluster_stacks_filters_repo",
-                                                  ROOT / "plugins" / "filter" / "gpucluster_stacks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-filters = _filters()
+filters = load_file(ROOT / "plugins" / "filter" / "gpucluster_stacks.py", "gpucluster_stacks_filters_repo")
 ROLE_VARS = yaml.safe_load((ROLE / "vars" / "Debian.yml").read_text())
 DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
 
@@ -230,9 +221,7 @@ def _jinja():
 
     env = jinja2.nativetypes.NativeEnvironment()
     for plugin in ("gpucluster_stacks", "gpucluster_spec"):
-        spec = importlib.util.spec_from_file_location(f"{plugin}_repo", ROOT / "plugins" / "filter" / f"{plugin}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = load_file(ROOT / "plugins" / "filter" / f"{plugin}.py", f"{plugin}_repo")
         env.filters.update(module.FilterModule().filters())
     # Ansible's own filter that the role's conditions use.
     env.filters["bool"] = lambda v: v if isinstance(v, bool) else str(v).strip().lower() in ("1", "yes", "true", "on")

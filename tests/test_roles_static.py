@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import importlib.util
 import json
 import os
 import re
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import load_file
 
 ROOT = Path(__file__).resolve().parent.parent
 ROLES = ("common", "munge", "slurm_common", "slurm_controller", "slurm_compute", "slurm_dbd", "slurm_login",
@@ -31,10 +31,7 @@ SECRET_PATHS = ("munge_key_path", "password_path", "slurm_dbd_conf_path")
 
 
 def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(path, name)
 
 
 # Our modules import plugins/module_utils as Ansible bundles it (ansible.module_utils.<name>): do the same.

@@ -3,13 +3,12 @@ the rendered files of every example, the spec's owned-key rule, the roles' resta
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 from pathlib import Path
 
 import pytest
-from conftest import cluster_example, example_path
+from conftest import cluster_example, example_path, load_file
 
 from gpucluster import slurmkeys, slurmtext
 from gpucluster.render import render_all, templates_dir
@@ -22,10 +21,7 @@ EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.yaml"))
 
 
 def _filters():
-    spec = importlib.util.spec_from_file_location("gpucluster_roles", ROOT / "plugins/filter/gpucluster_roles.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(ROOT / "plugins/filter/gpucluster_roles.py", "gpucluster_roles")
 
 
 def test_the_table_covers_every_release():

@@ -11,7 +11,6 @@ parts each role installs read from the role's own vars/Debian.yml.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import GOLDEN_DIR, ROOT, example_data, skip_or_fail, spec_from_data
+from conftest import GOLDEN_DIR, ROOT, example_data, load_file, skip_or_fail, spec_from_data
 
 from gpucluster.catalog import GPUS, RELEASES, STACKS, rocm_build
 from gpucluster.spec import stacks
@@ -28,15 +27,7 @@ from gpucluster.spec import stacks
 GOLDEN = GOLDEN_DIR / "drivers"
 
 
-def _load_filters():
-    spec = importlib.util.spec_from_file_location("gpucluster_stacks_filters",
-                                                  ROOT / "plugins" / "filter" / "gpucluster_stacks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-filters = _load_filters()
+filters = load_file(ROOT / "plugins" / "filter" / "gpucluster_stacks.py", "gpucluster_stacks_filters")
 
 
 def role_parts(role: str, vendor: str) -> list[str]:

@@ -8,7 +8,6 @@ and the nvidia_gpu role for real on an H100 host with no route to NVIDIA's repos
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -17,16 +16,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, example_path
+from conftest import ROOT, example_path, load_file
 
 ROLES = ("nvidia_gpu", "amd_gpu", "rdma", "nccl", "slurm_health")
 
 
 def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(path, name)
 
 
 filters = _load(ROOT / "plugins" / "filter" / "gpucluster_stacks.py", "gpucluster_stacks_filters_roles")

@@ -7,7 +7,6 @@ each Slurm line was measured in), never from copies.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import stat
 import subprocess
@@ -15,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, cluster_example, example_data, example_path
+from conftest import ROOT, cluster_example, example_data, example_path, load_file
 
 from gpucluster.aptsources import SUITE, debian_mirror
 from gpucluster.emulate import roots
@@ -181,11 +180,7 @@ def test_stand_ins_are_character_devices_of_their_own_numbers(tmp_path):
 
 
 def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(name, module)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(path, name)
 
 
 def test_every_stand_in_detector_knows_the_stand_in_number():
