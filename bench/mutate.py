@@ -278,7 +278,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     pytest = pytest_argv(root, args.pytest)
     t0 = time.monotonic()
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    # SIGINT too: a process started in the background of a non-interactive shell (or by a runner that
+    # ignores it) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler of its own.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_interrupt)
     rows: list[tuple[Mutation, str, float, str]] = []
     try:
