@@ -368,6 +368,9 @@ def register(sub) -> None:
     fsub = p.add_subparsers(dest="fabric_command", required=True, metavar="SUBCOMMAND")
 
     d = fsub.add_parser("discover", help="summarise an ibnetdiscover dump without a spec: tiers, hosts, bundles",
+                        description="Read what the fabric reports, with no spec: from an ibnetdiscover dump, the "
+                        "switch tiers, the hosts and their ports, the bundles of parallel links and what looks "
+                        "wrong; from nvidia-smi outputs, the NVLink domains the GPUs formed.",
                         epilog=EPILOG, formatter_class=fmt)
     dsrc = d.add_mutually_exclusive_group(required=True)
     dsrc.add_argument("--ibnetdiscover", metavar="FILE",
@@ -380,7 +383,10 @@ def register(sub) -> None:
     d.set_defaults(func=cmd_discover)
 
     v = fsub.add_parser("verify", help="compare the discovered fabric with the plan's cabling; exit 1 when it "
-                        "differs", epilog=EPILOG, formatter_class=fmt)
+                        "differs", description="Compare the fabric as built (ibnetdiscover, lldpctl or nvidia-smi "
+                        "outputs) with the plan's cabling and NVLink domains: one finding per fault (a missing, "
+                        "extra or swapped cable, a down-rated link, a tray in the wrong domain), each naming the "
+                        "ports and the fix. Exit 1 when they differ.", epilog=EPILOG, formatter_class=fmt)
     v.add_argument("spec", help="the cluster spec (YAML) whose plan is the reference")
     src = v.add_mutually_exclusive_group(required=True)
     src.add_argument("--ibnetdiscover", metavar="FILE", help="InfiniBand: output of `ibnetdiscover > FILE`")
@@ -401,6 +407,8 @@ def register(sub) -> None:
     v.set_defaults(func=cmd_verify)
 
     t = fsub.add_parser("topofile", help="write the plan as an ibdiagnet topology file (ibdiagnet -t FILE)",
+                        description="Write the plan's InfiniBand cabling as an ibdiagnet topology file, so "
+                        "`ibdiagnet -t FILE` checks the fabric against it on the cluster itself.",
                         epilog=EPILOG, formatter_class=fmt)
     t.add_argument("spec", help="the cluster spec (YAML); its fabric must be InfiniBand")
     t.add_argument("-o", "--output", required=True, metavar="FILE", help="the topology file to write (replaced "
@@ -408,14 +416,21 @@ def register(sub) -> None:
     t.set_defaults(func=cmd_topofile)
 
     s = fsub.add_parser("switch-config", help="render RoCE lossless QoS for the switches (SONiC config_db "
-                        "fragments or Arista EOS, by the switch model's vendor)", epilog=EPILOG, formatter_class=fmt)
+                        "fragments or Arista EOS, by the switch model's vendor)",
+                        description="Render the switches' side of the spec's RoCE lossless settings (trust DSCP, "
+                        "PFC on the RoCE priority, ECN, the CNP priority) in the switch vendor's form, from the "
+                        "same fabric.roce values the hosts and NCCL get.", epilog=EPILOG, formatter_class=fmt)
     s.add_argument("spec", help="the cluster spec (YAML); its fabric must be RoCE")
     s.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for one file per switch tier "
                    "(files are replaced atomically)")
     s.set_defaults(func=cmd_switch_config)
 
     tp = fsub.add_parser("test-plan", help="the bandwidth test `fabric test` runs: pairs per tier and the "
-                         "threshold each must reach (no jobs are run)", epilog=EPILOG, formatter_class=fmt)
+                         "threshold each must reach (no jobs are run)",
+                         description="Print the bandwidth test `fabric test` would run, from the plan alone: the "
+                         "node pairs per tier and the figure each must reach (line rate x efficiency, divided by "
+                         "the oversubscription the pair crosses). Nothing is submitted.",
+                         epilog=EPILOG, formatter_class=fmt)
     tp.add_argument("spec", help="the cluster spec (YAML)")
     tp.add_argument("--tier", default="all-tiers", choices=["leaf", "spine", "core", "rail", "all", "all-tiers"],
                     help="leaf: pairs under one leaf; spine/core: pairs across them; rail: each rail on its own "

@@ -56,6 +56,10 @@ def cmd_secrets(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     p = sub.add_parser("configure", help="converge a cluster with the Ansible roles (playbooks/site.yml) "
                                          "through ansible-runner", epilog=EXAMPLES,
+                       description="Converge the hosts of an inventory with gpucluster's Ansible roles: the compile "
+                                   "play first (once per spec change), then common, hardware, storage, munge and "
+                                   "Slurm. Ansible runs in a private folder with a minimal environment; the "
+                                   "secrets reach it as a private copy. A second run reports no change.",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("inventory", help="inventory folder (e.g. inventories/prod) or its hosts.yml")
     p.add_argument("--secrets", metavar="FILE", help="extra-vars file with munge_key_b64 and slurm_dbd_password "
@@ -78,6 +82,9 @@ def register(sub) -> None:
 
     q = sub.add_parser("secrets", help="write the cluster's secrets (munge key, slurmdbd password) to a 0600 "
                                        "extra-vars file outside the checkout, for configure --secrets",
+                       description="Write the cluster's secrets, a munge key and the slurmdbd password, to a 0600 "
+                                   "file in a private folder outside the checkout: generated here, or taken from a "
+                                   "Pulumi stack that generated them. configure --secrets reads it.",
                        epilog="examples:\n  gpucluster secrets --generate -o ~/.config/gpucluster/prod.json\n"
                               "  gpucluster secrets --pulumi-stack meta-24k-roce\n",
                        formatter_class=argparse.RawDescriptionHelpFormatter)

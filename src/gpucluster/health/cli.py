@@ -61,18 +61,35 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("health", help="node health checks: render, install, status (docs/health.md)")
+    p = sub.add_parser("health", help="node health checks: render, install, status (docs/health.md)",
+                       description="Node health checks that slurmd runs as its HealthCheckProgram: GPUs, fabric, "
+                                   "mounts, munge and disk, each with a budget. A failing check drains its node with "
+                                   "a gpc: reason; the node resumes by itself once the check passes, and a node "
+                                   "drained by hand stays drained (docs/health.md).")
     hs = p.add_subparsers(dest="health_command", required=True, metavar="ACTION")
-    r = hs.add_parser("render", help="write what the slurm_health role installs, and print the slurm.conf lines")
-    r.add_argument("spec")
+    r = hs.add_parser("render", help="write what the slurm_health role installs, and print the slurm.conf lines",
+                      description="Write the health runner, its per-group config and its systemd units into a "
+                                  "folder, as the slurm_health role installs them, and print the slurm.conf lines "
+                                  "that make slurmd run it.",
+                      epilog="example:\n  gpucluster health render examples/staging.yaml -o out/health",
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("spec", help="the cluster spec whose health: section and node groups set the checks")
     r.add_argument("-o", "--output", required=True, help="output folder (files are replaced atomically)")
     r.set_defaults(func=cmd_render)
-    i = hs.add_parser("install", help="install the checks on the cluster (playbooks/health.yml)")
+    i = hs.add_parser("install", help="install the checks on the cluster (playbooks/health.yml)",
+                      description="Install the health checks on the inventory's compute nodes with "
+                                  "playbooks/health.yml (the slurm_health role), without a whole converge.",
+                      epilog="example:\n  gpucluster health install inventories/prod --limit 'gpu[001-064]'",
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     i.add_argument("inventory", help="inventory folder (e.g. inventories/staging) or its hosts.yml")
     i.add_argument("--limit", help="only these hosts or groups (Ansible --limit pattern)")
     i.add_argument("-v", "--verbose", action="store_true", help="also print Ansible's own output")
     i.set_defaults(func=cmd_install)
-    s = hs.add_parser("status", help="drained nodes by reason and the nodes' last check results")
+    s = hs.add_parser("status", help="drained nodes by reason and the nodes' last check results",
+                      description="Ask the controller which nodes are drained and why, and each node for its last "
+                                  "check results (a check that could not run shows NOT RUN).",
+                      epilog="example:\n  gpucluster health status inventories/prod --json",
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("inventory", help="inventory folder (e.g. inventories/staging) or its hosts.yml")
     s.add_argument("--limit", help="only these compute nodes (Ansible-style pattern)")
     s.add_argument("--json", action="store_true", help="one record per node, as JSON")

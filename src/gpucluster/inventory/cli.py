@@ -33,6 +33,10 @@ def cmd_inventory(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("inventory", help="write the Ansible inventory (groups: docs/inventory.md)", epilog=EXAMPLES,
+                       description="Write the Ansible inventory of a cluster: its contract groups (docs/inventory.md) "
+                                   "and how to reach each host, from an ssh_config, a hosts.csv or a Pulumi stack. "
+                                   "Every value from those sources is checked and written as data "
+                                   "(docs/security.md); the folder is written whole or not at all.",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("spec", nargs="?", help="the cluster spec")
     p.add_argument("-o", "--output", required=True, help="inventory folder, e.g. inventories/prod")

@@ -39,13 +39,26 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("stage", help="staged nodes: a scaled-down copy of the cluster as local containers")
+    p = sub.add_parser("stage", help="staged nodes: a scaled-down copy of the cluster as local containers",
+                       description="Staged nodes: each host of the spec as a podman container with systemd, sshd and "
+                                   "stand-in GPU device files, on a network of the cluster's own, reachable over "
+                                   "SSH on loopback. The same inventory, roles and checks then run on them as on "
+                                   "real nodes (docs/staging.md).")
     ssub = p.add_subparsers(dest="stage_command", required=True, metavar="ACTION")
+    about = {
+        "up": "Start the spec's staged nodes (or keep those already up, as they are), build the node image "
+              "first if it is not cached, and write the inventory that reaches them. Safe to run again.",
+        "down": "Remove the staged cluster's containers, network, volumes, key pair and inventory; files in "
+                "the state folder that `stage up` did not write are kept.",
+        "status": "One line per staged node: its container's state, its address and SSH port.",
+    }
     for name, func, text in (("up", cmd_up, "start (or keep) the staged nodes and write the inventory"),
                              ("down", cmd_down, "remove containers, network, keys and inventory"),
                              ("status", cmd_status, "show the staged nodes")):
-        q = ssub.add_parser(name, help=text)
-        q.add_argument("spec")
+        q = ssub.add_parser(name, help=text, description=about[name],
+                            epilog=f"example:\n  gpucluster stage {name} examples/staging.yaml",
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        q.add_argument("spec", help="the cluster spec whose hosts are staged, e.g. examples/staging.yaml")
         q.add_argument("--state-dir", help="keys and ports (default .state/stage/<cluster>)")
         q.add_argument("--inventory", help="inventory folder (default inventories/<cluster>)")
         if name == "up":
