@@ -42,3 +42,12 @@ ARGS = [(path, action) for path, parser in TREE for action in parser._actions
 def test_every_argument_has_help(path, action):
     name = "/".join(action.option_strings) or action.dest
     assert action.help and action.help.strip(), f"{' '.join(path)}: {name} has no help"
+
+
+@pytest.mark.parametrize(("path", "parser"), TREE, ids=[" ".join(p) for p, _ in TREE])
+def test_no_markup_leaks_into_help(path, parser):
+    """Module docstrings become descriptions: their reST/Markdown code marks must not reach the terminal."""
+    texts = [parser.description or "", parser.epilog or ""] + [a.help or "" for a in parser._actions]
+    for text in texts:
+        assert "``" not in text and ":ref:" not in text and "**" not in text, f"{' '.join(path)}: {text[:80]}"
+    assert not (parser.description or "").startswith("`"), f"{' '.join(path)}: description starts with markup"

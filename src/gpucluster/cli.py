@@ -14,6 +14,7 @@ from types import ModuleType
 
 from gpucluster import __version__
 from gpucluster.errors import OperationError, SpecError, UsageError, findings_report, suppressed
+from gpucluster.words import plain
 
 BUILTIN = ("check", "plan", "render")
 # Subcommands that live with their concern, in --help order: each module parses its arguments and prints,
@@ -162,7 +163,7 @@ def _suppress_arg(p: argparse.ArgumentParser) -> None:
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser for `gpucluster COMMAND ...`; without a command, the whole tree (every subcommand)."""
-    parser = argparse.ArgumentParser(prog="gpucluster", description=__doc__)
+    parser = argparse.ArgumentParser(prog="gpucluster", description=plain(__doc__))
     parser.add_argument("--version", action="version", version=f"gpucluster {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     spec_help = "the cluster spec (YAML), or - to read standard input"

@@ -23,3 +23,9 @@ def number(x: float) -> str:
     if isinstance(x, int) or float(x).is_integer():
         return f"{int(x):,}"
     return f"{x:,.3f}".rstrip("0").rstrip(".")
+
+
+def plain(doc: str | None) -> str:
+    """A module docstring as a command's --help description: the reST/Markdown code marks (``x``, `x`) a
+    terminal shows literally are dropped, and the text kept as written (issue 23: no markup in help)."""
+    return (doc or "").replace("``", "").replace("`", "").strip()

@@ -9,6 +9,8 @@ import argparse
 import json
 import sys
 
+from gpucluster.words import plain
+
 
 def cmd_diff(args: argparse.Namespace) -> int:
     from gpucluster.diff import diff_specs
@@ -39,7 +41,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("diff", help="what changes between two specs, on which hosts, and what it disrupts "
                                     "(none, reconfigure, restart, drain, reboot)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=plain(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("old", metavar="OLD.yaml", help="the spec the cluster runs")
     p.add_argument("new", metavar="NEW.yaml", help="the spec to apply")
     p.add_argument("--json", action="store_true", help="the change set as JSON (docs/operations.md: the contract)")

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gpucluster.words import plural
+from gpucluster.words import plain, plural
 
 
 def _sigterm(_signum: int, _frame: object) -> None:
@@ -83,7 +83,7 @@ def register(sub) -> None:
     p = sub.add_parser(
         "emulate",
         help="run slurmctld and N emulated slurmd (slurmd -N) on this machine from the rendered configs",
-        description=__doc__,
+        description=plain(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("spec", help="cluster spec YAML, or a folder `gpucluster render` wrote")

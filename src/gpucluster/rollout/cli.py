@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from gpucluster.errors import OperationError, UsageError
+from gpucluster.words import plain
 
 
 def _target(args: argparse.Namespace):
@@ -132,7 +133,7 @@ def _percent(text: str) -> float:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("rollout", help="apply a change in waves of whole leaves, scalable units or blocks, "
                                        "without killing a job (reboot, drain or reconfigure)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=plain(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("target", metavar="INVENTORY|SPEC", help="the cluster's inventory folder, or its spec")
     p.add_argument("--change", choices=("reboot", "drain", "reconfigure"), default="reboot",
                    help="the change's class (from `gpucluster diff`): reboot (scontrol reboot ASAP), drain "

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from gpucluster.errors import UsageError
+from gpucluster.words import plain
 
 
 def _workers(text: str) -> int | str:
@@ -118,7 +119,7 @@ def _tail(path: Path, lines: int = 30) -> str:
 
 def register(sub) -> None:
     p = sub.add_parser("validate", help="run the testinfra validation suite against an inventory",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=plain(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("inventory", help="inventory folder (hosts.yml) or file")
     p.add_argument("-l", "--limit", help="hosts or groups, Ansible style: slurm_compute, gpu0[1-2]*, '!gpu03'")
     p.add_argument("-n", "--workers", type=_workers, default="auto",
