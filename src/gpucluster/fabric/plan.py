@@ -151,14 +151,18 @@ class Plan:
         return sum(len(r) for r in self.racks.values())
 
     # ---- membership ---------------------------------------------------------------------------
+    def _by_host(self, spans):
+        """host -> the span (a unit or an NVLink domain: group, first, count) it lies in."""
+        out = {}
+        for span in spans:
+            group = self.spec.group(span.group)
+            for i in range(span.first, span.first + span.count):
+                out[group.host(i)] = span
+        return out
+
     @cached_property
     def unit_of_host(self) -> dict[str, Unit]:
-        out = {}
-        for unit in self.units:
-            group = self.spec.group(unit.group)
-            for i in range(unit.first, unit.first + unit.count):
-                out[group.host(i)] = unit
-        return out
+        return self._by_host(self.units)
 
     def unit_hostlist(self, unit: Unit) -> str:
         group = self.spec.group(unit.group)
@@ -171,12 +175,7 @@ class Plan:
 
     @cached_property
     def domain_of_host(self) -> dict[str, NvlinkDomain]:
-        out = {}
-        for d in self.domains:
-            group = self.spec.group(d.group)
-            for i in range(d.first, d.first + d.count):
-                out[group.host(i)] = d
-        return out
+        return self._by_host(self.domains)
 
     def rack_of(self, group: NodeGroup, index: int) -> str:
         start = self.racks[group.name][0][0]
