@@ -12,9 +12,11 @@ spine across the core, all tiers for the whole cluster), in the transport's unit
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import json
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from json.encoder import encode_basestring_ascii as _string  # what json.dumps uses (ensure_ascii)
+from typing import Protocol, TextIO
 
 from gpucluster.errors import UsageError
 from gpucluster.fabric.cabling import leaf_name
@@ -208,33 +210,45 @@ def core_pairs(plan: Plan) -> list[tuple[str, str]]:
 def cases(plan: Plan, tiers: Iterable[str] = TIERS, transport: str = "nccl",
           efficiency: float | None = None) -> list[Case]:
     """Every case of the chosen tiers, with its round and threshold."""
+    return list(iter_cases(plan, tiers, transport, efficiency))
+
+
+def iter_cases(plan: Plan, tiers: Iterable[str] = TIERS, transport: str = "nccl",
+               efficiency: float | None = None) -> Iterator[Case]:
+    """The cases one at a time, in `cases`' order: Colossus 200k has 137,893 of them, and a writer that
+    streams them (`fabric test-plan --json`) then holds one case, not all of them."""
     tr = TRANSPORTS.get(transport)
     if tr is None:
         raise UsageError(f"transport '{transport}': choose one of {', '.join(TRANSPORTS)}")
-    unit_of = {h: u.name for u in plan.units for h in unit_hosts(plan, u)}
-    out: list[Case] = []
-    first = 0  # rounds are numbered across tiers and rails: one round, one set of disjoint pairs
-    for tier in tiers:
+    tiers = list(tiers)
+    for tier in tiers:  # refuse a bad tier before the first case is written
         if tier not in TIERS:
             raise UsageError(f"tier '{tier}': choose from {', '.join(TIERS)}")
+    unit_of = {h: u.name for u in plan.units for h in unit_hosts(plan, u)}
+    first = 0  # rounds are numbered across tiers and rails: one round, one set of disjoint pairs
+    for tier in tiers:
         if tier == "all":
-            out.append(Case("all", tuple(unit_of), threshold(plan, "all", tr, efficiency), tr.unit, None, first))
+            yield Case("all", tuple(unit_of), threshold(plan, "all", tr, efficiency), tr.unit, None, first)
             first += 1
             continue
-        if tier == "rail":
-            if plan.design != "rail-optimized":
-                continue
-            pairs = spine_pairs(plan) or leaf_pairs(plan)
-            runs = [(r, pairs) for r in range(plan.rails)]
-        else:
-            runs = [(None, {"leaf": leaf_pairs, "spine": spine_pairs, "core": core_pairs}[tier](plan))]
+        rails, rounds = _tier_rounds(plan, tier)
         bar = threshold(plan, tier, tr, efficiency)
-        for rail, pairs in runs:
-            rounds = _rounds_of(pairs)
+        for rail in rails:
             for n, members in enumerate(rounds):
-                out += [Case(tier, p, bar, tr.unit, rail, first + n, (unit_of[p[0]], unit_of[p[1]])) for p in members]
+                for p in members:
+                    yield Case(tier, p, bar, tr.unit, rail, first + n, (unit_of[p[0]], unit_of[p[1]]))
             first += len(rounds)
-    return out
+
+
+def _tier_rounds(plan: Plan, tier: str) -> tuple[list[int | None], list[list[tuple[str, str]]]]:
+    """A pair tier's rails (None: every rail at once) and its pairs in rounds; every rail runs the same
+    pairs, so they are split once. No rails: the tier does not apply (rail on a fabric not rail-optimised)."""
+    if tier == "rail":
+        if plan.design != "rail-optimized":
+            return [], []
+        return list(range(plan.rails)), _rounds_of(spine_pairs(plan) or leaf_pairs(plan))
+    pairs = {"leaf": leaf_pairs, "spine": spine_pairs, "core": core_pairs}[tier](plan)
+    return [None], _rounds_of(pairs)
 
 
 def round_robin(nodes: Sequence[str]) -> list[list[tuple[str, str]]]:
@@ -426,18 +440,48 @@ def run_test(plan: Plan, runner: Runner, tiers: Iterable[str] = TIERS, transport
 
 
 def summary(plan: Plan, transport: str = "nccl", efficiency: float | None = None) -> dict:
-    """Thresholds and case counts per tier (`fabric test-plan --json`)."""
+    """Thresholds and case counts per tier (`fabric test-plan --json --summary`), counted from the pairs
+    without making a case (Colossus 200k has 137,893)."""
     tr = TRANSPORTS[transport]
     out = {"transport": tr.name, "tool": tr.tool, "unit": tr.unit, "stand_in": tr.stand_in,
            "efficiency": tr.efficiency if efficiency is None else efficiency, "efficiency_source": tr.source,
            "link_gbps": plan.speed_gbps, "rails": plan.rails, "tiers": {}}
-    all_cases = cases(plan, TIERS, transport, efficiency)
-    for tier in TIERS:
-        mine = [c for c in all_cases if c.tier == tier]
-        if not mine:
-            continue
-        out["tiers"][tier] = {"threshold": mine[0].threshold, "cases": len(mine),
-                              "rounds": len({c.round for c in mine}),
-                              "oversubscription": round(oversubscription(plan, tier), 3)}
+    for tier in TIERS:  # counted from the rounds, as iter_cases would make them, without making them
+        if tier == "all":
+            count, rounds = 1, 1
+        else:
+            rails, split = _tier_rounds(plan, tier)
+            count, rounds = len(rails) * sum(map(len, split)), len(rails) * len(split)
+        if count:
+            out["tiers"][tier] = {"threshold": threshold(plan, tier, tr, efficiency), "cases": count,
+                                  "rounds": rounds, "oversubscription": round(oversubscription(plan, tier), 3)}
     return out
 
+
+# ---- the full plan as JSON, streamed ------------------------------------------------------------------
+
+def write_json(doc: dict, cases: Iterable[Case], out: TextIO) -> None:
+    """`doc` with a "cases" list added last, written exactly as `json.dump(doc | {"cases": [...]}, out,
+    indent=1)` writes it, but one case at a time: Colossus 200k's list is 21.6 MB of text, and building it
+    for json.dump (whose indenting encoder is pure Python) took 17 s and 123 MB."""
+    head = json.dumps(doc, indent=1)
+    out.write(head[:-2] + ',\n "cases": [' if doc else '{\n "cases": [')
+    chunk: list[str] = []
+    sep = "\n"
+    for c in cases:
+        chunk.append(sep + _case_json(c))
+        sep = ",\n"
+        if len(chunk) >= 1024:  # a write per case costs more than the formatting
+            out.write("".join(chunk))
+            chunk.clear()
+    out.write("".join(chunk))
+    out.write("]\n}" if sep == "\n" else "\n ]\n}")
+
+
+def _case_json(c: Case) -> str:
+    """One case as an element of the top-level "cases" list at indent=1 (two levels deep)."""
+    nodes = "[\n    " + ",\n    ".join(map(_string, c.nodes)) + "\n   ]" if c.nodes else "[]"
+    rail = "null" if c.rail is None else int.__repr__(c.rail)
+    return (f'  {{\n   "tier": {_string(c.tier)},\n   "nodes": {nodes},\n   "rail": {rail},\n'
+            f'   "round": {int.__repr__(c.round)},\n   "threshold": {json.dumps(c.threshold)},\n'
+            f'   "unit": {_string(c.unit)}\n  }}')
