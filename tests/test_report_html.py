@@ -42,7 +42,7 @@ def test_the_page_holds_every_section(staging):
     for heading in ("Tiers", "Why these counts", "Warnings", "Fabric", "Bill of materials", "Racks", "Storage"):
         assert f"<h2>{heading}</h2>" in page
     assert f'id="rack-count" data-value="{summary["racks"]}"' in page
-    assert page.count("<svg") == 1 and "<?xml" not in page and "<!DOCTYPE svg" not in page
+    assert page.count("<svg") == 2 and "<?xml" not in page and "<!DOCTYPE svg" not in page  # summary and full
     for e in summary["explanations"]:
         assert e["fix"] in page
 

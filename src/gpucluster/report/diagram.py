@@ -9,11 +9,12 @@ graphviz package (scripts/setup.sh installs it). Both are long-lived and maintai
 from __future__ import annotations
 
 import html
+import itertools
 import re
 
 from gpucluster.errors import OperationError
 from gpucluster.fabric import Plan
-from gpucluster.report.view import TIERS, Box, View, build_view
+from gpucluster.report.view import TIERS, Box, View, build_view, summary_view
 
 FONT = "DejaVu Sans,Helvetica,Arial,sans-serif"
 FILL = {"core": "#e8eefc", "spine": "#e6f4ea", "leaf": "#fff4e0", "nodes": "#f3f3f3"}
@@ -31,15 +32,32 @@ def _label(box: Box) -> str:
     return f'<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="2" CELLPADDING="2">{"".join(rows)}</TABLE>>'
 
 
-def to_dot(view: View):
+LABEL_GAP = 8  # points kept clear around a bundle label (its edge and every other line route around them)
+
+
+def _edge_label(lines: list[str]) -> str:
+    """A bundle label as a borderless table with a margin. dot sets an edge's label beside the edge, its
+    left side on the edge's route, so a plain label's first character sat on the line ("8 × 400G" read
+    "3 × 400G"); the cell's padding is part of the label's size, so the line runs clear of the text."""
+    text = "<BR/>".join(html.escape(line) for line in lines)
+    table = f'<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="{LABEL_GAP}">'
+    return f"<{table}<TR><TD>{text}</TD></TR></TABLE>>"
+
+
+FULL = (16, 11, 10)  # font sizes in points: title, boxes, bundle labels
+SUMMARY = (18, 15, 14)  # the README's diagram: shown at 800 px, so its text stays 10 px or more
+
+
+def to_dot(view: View, sizes: tuple[int, int, int] = FULL):
     import graphviz
 
+    title, box, edge = sizes
     g = graphviz.Digraph("fabric", graph_attr={
         "rankdir": "BT", "newrank": "true", "nodesep": "0.6", "ranksep": "0.9", "fontname": FONT,
-        "fontsize": "16", "label": view.title, "labelloc": "t", "splines": "spline", "bgcolor": "white",
-    }, node_attr={"shape": "box", "style": "rounded,filled", "fontname": FONT, "fontsize": "11",
+        "fontsize": str(title), "label": view.title, "labelloc": "t", "splines": "spline", "bgcolor": "white",
+    }, node_attr={"shape": "box", "style": "rounded,filled", "fontname": FONT, "fontsize": str(box),
                   "margin": "0.08,0.04"},
-        edge_attr={"fontname": FONT, "fontsize": "10", "arrowhead": "none", "penwidth": "1.6"})
+        edge_attr={"fontname": FONT, "fontsize": str(edge), "arrowhead": "none", "penwidth": "1.6"})
     by_group: dict[str, list[Box]] = {}
     for box in view.boxes:
         by_group.setdefault(box.group, []).append(box)
@@ -61,10 +79,15 @@ def to_dot(view: View):
                 row.attr(rank="same")
                 for box in members:
                     row.node(box.id)
+                # left to right in the view's order (pods by number, a pod's units as the plan lists them):
+                # dot orders a row to cross fewer lines, which put pod 37's units out of order; an invisible
+                # edge inside a row (a flat edge) always runs left to right
+                for a, b in itertools.pairwise(members):
+                    row.edge(a.id, b.id, style="invis")
     tier_of = {b.id: b.tier for b in view.boxes}
     for bundle in view.bundles:
         colour = EDGE.get(tier_of[bundle.dst], "#555555")
-        g.edge(bundle.src, bundle.dst, label="\n".join(bundle.label), color=colour, fontcolor=colour,
+        g.edge(bundle.src, bundle.dst, label=_edge_label(bundle.label), color=colour, fontcolor=colour,
                **{"class": f"bundle to-{tier_of[bundle.dst]}"})
     return g
 
@@ -79,6 +102,17 @@ def fabric_svg(plan: Plan, expand: int | None = None) -> str:
         raise OperationError("Graphviz's dot is not installed: run scripts/setup.sh "
                              "(or apt-get install graphviz)") from None
     return svg
+
+
+def summary_svg(plan: Plan) -> str:
+    """The README-sized diagram: one box a tier (view.summary_view), in larger type."""
+    import graphviz
+
+    try:
+        return to_dot(summary_view(plan), SUMMARY).pipe(format="svg", encoding="utf-8")
+    except graphviz.ExecutableNotFound:
+        raise OperationError("Graphviz's dot is not installed: run scripts/setup.sh "
+                             "(or apt-get install graphviz)") from None
 
 
 def inline_svg(svg: str) -> str:

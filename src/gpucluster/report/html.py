@@ -4,6 +4,7 @@ page is read as a file, offline. Jinja autoescapes everything but the SVG, which
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
@@ -13,7 +14,7 @@ from gpucluster import __version__
 from gpucluster.cluster import Cluster
 from gpucluster.fabric.summary import plan_summary
 from gpucluster.report.bom import build_bom
-from gpucluster.report.diagram import fabric_svg, inline_svg
+from gpucluster.report.diagram import fabric_svg, inline_svg, summary_svg
 from gpucluster.report.racks import Rack, build_racks
 from gpucluster.words import number, plural
 
@@ -26,13 +27,13 @@ class Slot:
     text: str
 
 
-def slots(rack: Rack) -> list[Slot]:
+def slots(rack: Rack, host: Callable[[int], str]) -> list[Slot]:
+    """The node slots an elevation draws, each with its hostname (`host`: the rack's group's, by index)."""
     shown = min(rack.capacity, SLOTS)
     out = []
     for i in range(shown):
         if i < rack.nodes:
-            out.append(Slot("gpu", f"node {i + 1}" if i not in (0, rack.nodes - 1) else
-                            (rack.first if i == 0 else rack.last)))
+            out.append(Slot("gpu", host(rack.index + i)))
         else:
             out.append(Slot("empty", "empty"))
     if rack.capacity > SLOTS:
@@ -77,5 +78,6 @@ def plan_html(cluster: Cluster, pod: int | None = None) -> str:
         name=cluster.name, version=__version__, source=str(cluster.source), summary=summary, headline=headline,
         summary_line=summary_line, tiers=tiers, tiers_word=plural(plan.tiers, "tier"),
         explanations=summary["explanations"], warnings=warnings,
-        svg=Markup(inline_svg(fabric_svg(plan, pod))), bom=bom, racks=racks.racks, rack_sample=racks.sample(),
-        slots=slots, storage=summary["storage"], number=number)
+        svg=Markup(inline_svg(fabric_svg(plan, pod))), summary_svg=Markup(inline_svg(summary_svg(plan))), bom=bom,
+        racks=racks.racks, rack_sample=racks.sample(), slots=lambda r: slots(r, plan.spec.group(r.group).host),
+        storage=summary["storage"], number=number)

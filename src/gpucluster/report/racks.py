@@ -28,6 +28,7 @@ class Rack:
     nvlink: str = ""  # the NVLink domain the rack is (NVL72), else ""
     nvlink_gpus: int = 0
     nvlink_switch_trays: int = 0  # the rack's own NVLink switch trays
+    index: int = 0  # the first node's index in its group (hostnames: group.host(index + i))
 
     @property
     def hosts(self) -> str:
@@ -87,7 +88,8 @@ def build_racks(plan: Plan) -> RackPlan:
             out.racks.append(Rack(name, g.name, g.role, g.host(first), g.host(first + n - 1), n,
                                   g.nodes_per_rack, leaves, tor and on_fabric, listed,
                                   nvlink=d.name if d else "", nvlink_gpus=d.gpus if d else 0,
-                                  nvlink_switch_trays=gpu.nvlink_domain.switch_trays if d and gpu else 0))
+                                  nvlink_switch_trays=gpu.nvlink_domain.switch_trays if d and gpu else 0,
+                                  index=first))
     return out
 
 

@@ -227,3 +227,37 @@ def _ratio(down: int, up: int) -> str:
 def _hostrange(group, lo: int, hi: int) -> str:
     return group.host(lo) if lo == hi else f"{group.host(lo)}–{group.host(hi)}"
 
+
+
+# ---- the summary: one box a tier ------------------------------------------------------------------
+
+def summary_view(plan: Plan) -> View:
+    """The fabric in four boxes, one a tier, and the three bundles between them: what the README shows at
+    its 800 px column, where the folded view's 2,000-point width would leave its text 4 px tall."""
+    spec = plan.spec
+    rail = plan.design == "rail-optimized"
+    gpus = f"{plan.gpus:,} GPUs" if plan.gpus else plural(plan.nodes, "node")
+    view = View(f"{spec.name}: {gpus}, {plan.speed_gbps} Gb/s {spec.fabric.type}")
+    links = plan.links
+    pods = f"{plural(plan.pods, 'pod')} × {plan.tier('spine').count // plan.pods:,}" if plan.tiers == 3 else ""
+    core = plan.tier("core")
+    if core is not None:
+        view.boxes.append(Box("core", "core", f"core × {core.count:,}", [core.model]))
+    spine = plan.tier("spine")
+    view.boxes.append(Box("spine", "spine", f"spine × {spine.count:,}", [spine.model] + ([pods] if pods else [])))
+    leaf = plan.tier("leaf")
+    kind = "SU" if rail else "leaf group"
+    units = [f"{plural(len(plan.units), kind)} × {plural(plan.rails, 'rail')}"] if rail else []
+    view.boxes.append(Box("leaf", "leaf", f"leaf × {leaf.count:,}", [leaf.model] + units))
+    per_group = [f"{g.count:,} × {g.gpus_per_node} {g.gpu}" for g in spec.node_groups
+                 if g.gpu and g.name in {u.group for u in plan.units}]
+    view.boxes.append(Box("nodes", "nodes", f"{plural(plan.nodes, 'node')}", per_group))
+    media = endpoint_media(plan)
+    view.bundles.append(Bundle("nodes", "leaf", [f"{links.get('node-leaf', 0):,} links",
+                                                 f"{plan.rails} × {plan.speed_gbps}G a node ({media})"]))
+    view.bundles.append(Bundle("leaf", "spine", [f"{links.get('leaf-spine', 0):,} links",
+                                                 f"oversubscription {leaf.ratio}"]))
+    if core is not None:
+        view.bundles.append(Bundle("spine", "core", [f"{links.get('spine-core', 0):,} links",
+                                                     f"oversubscription {spine.ratio}"]))
+    return view
