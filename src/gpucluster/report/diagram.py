@@ -32,16 +32,18 @@ def _label(box: Box) -> str:
     return f'<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="2" CELLPADDING="2">{"".join(rows)}</TABLE>>'
 
 
-LABEL_GAP = 8  # points kept clear around a bundle label (its edge and every other line route around them)
+LABEL_GAP = 8  # points kept clear between a bundle label and its edge
+LABEL_PAD = 2  # and around the rest of it (other lines route around the label's box)
 
 
 def _edge_label(lines: list[str]) -> str:
-    """A bundle label as a borderless table with a margin. dot sets an edge's label beside the edge, its
-    left side on the edge's route, so a plain label's first character sat on the line ("8 × 400G" read
-    "3 × 400G"); the cell's padding is part of the label's size, so the line runs clear of the text."""
+    """A bundle label as a borderless table with an empty first cell. dot sets an edge's label to the right
+    of the edge, the label's left side on the edge's route, so a plain label's first character sat on the
+    line ("8 × 400G" read "3 × 400G"); the empty cell is part of the label's size, so the line runs
+    LABEL_GAP points clear of the text, whatever font the reader's browser measures it with."""
     text = "<BR/>".join(html.escape(line) for line in lines)
-    table = f'<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="{LABEL_GAP}">'
-    return f"<{table}<TR><TD>{text}</TD></TR></TABLE>>"
+    table = f'<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="{LABEL_PAD}">'
+    return f'<{table}<TR><TD WIDTH="{LABEL_GAP}"></TD><TD>{text}</TD></TR></TABLE>>'
 
 
 FULL = (16, 11, 10)  # font sizes in points: title, boxes, bundle labels
