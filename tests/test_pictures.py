@@ -9,7 +9,7 @@ import re
 import shutil
 
 import pytest
-from conftest import cluster_example
+from conftest import ROOT, cluster_example
 from test_report_svg import read_svg
 
 from gpucluster.report.diagram import fabric_svg, summary_svg
@@ -56,3 +56,8 @@ def test_rack_slots_name_their_hosts(name):
     for rack in re.findall(r'<div class="rack" data-rack=.*?\n    </div>', page, re.S):
         names = re.findall(r'<div class="slot gpu">([^<]*)</div>', rack)
         assert len(names) == len(set(names)), names
+
+
+def test_the_readme_shows_the_summary_diagram():
+    readme = (ROOT / "README.md").read_text()
+    assert "](docs/fabric-colossus-200k-summary.svg)" in readme

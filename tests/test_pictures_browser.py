@@ -126,8 +126,3 @@ def test_the_html_page_fits_its_diagrams_and_no_label_touches_an_edge(page, fram
     assert not seen["hits"], sorted({tuple(h) for h in seen["hits"]})
     assert seen["frame"]["inside"] and seen["frame"]["scroll"] <= 0, seen["frame"]
     assert seen["frame"]["svg"][2] <= seen["frame"]["page"], seen["frame"]
-
-
-def test_the_readme_shows_the_summary_diagram():
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert "](docs/fabric-colossus-200k-summary.svg)" in readme
