@@ -83,7 +83,7 @@ def load_hosts(path: str | Path, plan_hosts: list[str], spec_file: str = "") -> 
     Raises SpecError (file, line, field, rule, fix) for a malformed file or a host the spec lacks."""
     from gpucluster.inventory.sources import from_hosts_file
 
-    conns = from_hosts_file(path, plan_hosts, spec_file=spec_file, require_all=False)
+    conns = from_hosts_file(path, plan_hosts, spec_file=spec_file, require_all=False, flag="--sites")
     out: dict[str, str] = {}
     for plan, conn in conns.items():
         site = str(conn.get("ansible_host", plan))
