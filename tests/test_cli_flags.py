@@ -156,3 +156,21 @@ def test_a_json_form_is_one_json_document(name, tmp_path, capsys):
     assert isinstance(doc, dict) and doc
     if name == "secrets":
         assert set(doc) == {"written", "mode"}  # the path, never the secrets
+
+
+def test_rollout_status_json_is_the_state_file(tmp_path, capsys):
+    """rollout --status --json prints the state the rollout keeps (and where), the same the text form reads."""
+    from gpucluster.cluster import load_cluster
+    from gpucluster.rollout import engine, state
+    from gpucluster.rollout.waves import plan_waves, topology_units
+
+    spec = example_path("staging")
+    cluster = load_cluster(spec)
+    units = topology_units(cluster.plan, "node", cluster.contract_groups["slurm_compute"])
+    s = engine.new_state("r1", cluster=cluster.name, source=str(spec), change="reboot", by="node", max_unavailable=1,
+                         waves=plan_waves(units, 1, by="node"), skipped=[], halt_share=0.1)
+    path = state.state_path(tmp_path / "s")
+    state.save(path, s)
+    assert main(["rollout", str(spec), "--status", "--json", "--state-dir", str(tmp_path / "s")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc.pop("state_file") == str(path) and doc == json.loads(path.read_text())

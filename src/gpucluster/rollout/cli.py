@@ -66,8 +66,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
             waves = plan_waves(units, cap, by=args.by)
             if args.json:
                 print_json({"cluster": cluster.name, "change": args.change, "by": args.by, "max_unavailable": cap,
-                            "nodes": len(hosts), "waves": [{"index": w.index, "units": list(w.units),
-                                                            "nodes": list(w.nodes)} for w in waves]})
+                            "nodes": len(hosts), "waves": [w.as_json() for w in waves]})
                 return 0
             print(f"{cluster.name}: {args.change} in {len(waves)} waves by {args.by}, at most {cap} of {len(hosts)} "
                   "nodes out at once (nodes drained by hand are left out when the rollout starts)")
