@@ -1,4 +1,6 @@
-"""`gpucluster` command line. Bad input exits 2 with located findings and no traceback."""
+"""`gpucluster`: infrastructure as code for GPU training clusters. One cluster spec (YAML) gives the fabric plan,
+the rendered Slurm and NCCL files, the Ansible inventory, a converged cluster and its validation. Bad input exits
+2 with located findings and no traceback."""
 
 from __future__ import annotations
 
@@ -237,7 +239,9 @@ RENDER_HELP = "write every file of a spec into a folder: " + ", ".join(name for 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser for `gpucluster COMMAND ...`; without a command, the whole tree (every subcommand)."""
-    parser = argparse.ArgumentParser(prog="gpucluster", description=plain(__doc__))
+    parser = argparse.ArgumentParser(prog="gpucluster", description=plain(__doc__),
+                                     epilog="Each command's own help: gpucluster COMMAND --help. Every command and "
+                                            "flag: docs/cli.md.")
     parser.add_argument("--version", action="version", version=f"gpucluster {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     spec_help = "the cluster spec (YAML), or - to read standard input"
