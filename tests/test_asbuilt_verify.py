@@ -243,19 +243,19 @@ def test_site_names_through_hosts_file_and_switch_pattern(meta, tmp_path):
     names = SiteNames(hosts=load_hosts(csv, hosts), switch_pattern=switch_pattern("ib-{name}-qm9700"))
     r = run(plan, b, names)
     assert r.findings == []
-    assert r.summary["matching"]["HCAs by --hosts"] == plan.endpoints
+    assert r.summary["matching"]["HCAs by --sites"] == plan.endpoints
     assert r.summary["matching"]["switches by pattern"] == sum(t.count for t in plan.tier_plans)
     # the map may give short names while the wire says the fully qualified one
     short = tmp_path / "short.csv"
     short.write_text("hostname,address,port,user\n"
                      + "".join(f"{h},{s.split('.')[0]},22,root\n" for h, s in site.items()))
     r = run(plan, b, SiteNames(hosts=load_hosts(short, hosts), switch_pattern=names.switch_pattern))
-    assert r.findings == [] and r.summary["matching"]["HCAs by --hosts"] == plan.endpoints
+    assert r.findings == [] and r.summary["matching"]["HCAs by --sites"] == plan.endpoints
     # without the map no host is in the plan: every leaf port reaches a stranger, and says so
     bare = run(plan, b, SiteNames(switch_pattern=names.switch_pattern))
     assert kinds(bare) == Counter({"miscabled": plan.endpoints})
     assert bare.summary["unplanned_hosts"] == len(hosts)
-    assert "is not in the plan (map it with --hosts)" in bare.findings[0].message
+    assert "is not in the plan (map it with --sites)" in bare.findings[0].message
 
 
 def test_ufm_style_switch_names_match_without_a_pattern(meta):
@@ -280,7 +280,7 @@ def test_inferred_by_position_when_no_switch_name_matches(meta):
 
 
 def test_hosts_file_is_read_by_the_inventory_reader_and_may_be_partial(meta, tmp_path):
-    """--hosts takes the inventory's CSV form; for verify it maps only the hosts the site renamed."""
+    """--sites takes the inventory's CSV form; for verify it maps only the hosts the site renamed."""
     from gpucluster.errors import SpecError
 
     plan, _built = meta
@@ -310,7 +310,7 @@ def test_a_host_not_in_the_plan_on_a_spare_port(meta):
     r = run(plan, b)
     assert kinds(r) == Counter({"extra-link": 1})
     assert r.findings[0].message.endswith("is not in the plan; host 'stranger01' is not in the plan (map it with "
-                                          "--hosts)")
+                                          "--sites)")
 
 
 def test_an_uplink_moved_onto_an_unknown_switch(meta):

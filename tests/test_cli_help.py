@@ -51,3 +51,69 @@ def test_no_markup_leaks_into_help(path, parser):
     for text in texts:
         assert "``" not in text and ":ref:" not in text and "**" not in text, f"{' '.join(path)}: {text[:80]}"
     assert not (parser.description or "").startswith("`"), f"{' '.join(path)}: description starts with markup"
+
+
+LEAVES = [(path, parser) for path, parser in TREE if parser.get_default("func") is not None]
+
+
+def examples_of(parser: argparse.ArgumentParser) -> list[str]:
+    """The command lines under the epilog's 'example(s):' heading."""
+    lines = (parser.epilog or "").splitlines()
+    if not any(line in ("example:", "examples:") for line in lines):
+        return []
+    start = next(i for i, line in enumerate(lines) if line in ("example:", "examples:"))
+    out = []
+    for line in lines[start + 1:]:
+        if not line.startswith("  "):
+            break
+        if not line.startswith("      "):  # a continued line is part of the one above
+            out.append(line.strip())
+    return out
+
+
+@pytest.mark.parametrize(("path", "parser"), LEAVES, ids=[" ".join(p) for p, _ in LEAVES])
+def test_every_command_has_one_or_two_examples_of_its_own(path, parser):
+    """Issue 23: every fabric subcommand repeated the group's 11-line block. Now each command shows one or two
+    lines, each of which runs that command."""
+    mine = examples_of(parser)
+    assert 1 <= len(mine) <= 2, f"{' '.join(path)}: {len(mine)} examples"
+    for line in mine:
+        assert line.startswith(" ".join(path) + " ") or line == " ".join(path), f"{' '.join(path)}: {line}"
+
+
+def test_no_two_commands_share_an_example():
+    seen: dict[str, str] = {}
+    for path, parser in LEAVES:
+        for line in examples_of(parser):
+            assert line not in seen, f"{' '.join(path)} repeats {seen[line]}'s example {line!r}"
+            seen[line] = " ".join(path)
+
+
+RENDERED = ("staging", "meta-24k-ib", "meta-24k-roce", "gb200-superpod")
+
+
+@pytest.fixture(scope="module")
+def rendered_names() -> dict[str, set[str]]:
+    from conftest import example_path
+
+    from gpucluster.cluster import load_cluster
+    from gpucluster.render import render_all
+
+    return {name: set(render_all(load_cluster(example_path(name)))) for name in RENDERED}
+
+
+def test_renders_one_liner_names_every_file_it_writes(rendered_names):
+    """render's one-liner is made from cli.RENDER_FAMILIES: every file render writes on these examples belongs to
+    a family, and every family is written by one of them (a family no example writes would be a false claim)."""
+    import re
+
+    from gpucluster.cli import RENDER_FAMILIES, RENDER_HELP
+
+    used = set()
+    for example, names in rendered_names.items():
+        for name in names:
+            family = [f for f, pattern in RENDER_FAMILIES if re.fullmatch(pattern, name)]
+            assert len(family) == 1, f"{example}: render writes {name}, which is in {family or 'no family'}"
+            used.add(family[0])
+    assert used == {f for f, _ in RENDER_FAMILIES}
+    assert all(f in RENDER_HELP for f in used)

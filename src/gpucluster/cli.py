@@ -1,4 +1,6 @@
-"""`gpucluster` command line. Bad input exits 2 with located findings and no traceback."""
+"""`gpucluster`: infrastructure as code for GPU training clusters. One cluster spec (YAML) gives the fabric plan,
+the rendered Slurm and NCCL files, the Ansible inventory, a converged cluster and its validation. Bad input exits
+2 with located findings and no traceback."""
 
 from __future__ import annotations
 
@@ -52,9 +54,62 @@ def subcommand_module(command: str) -> ModuleType:
     return cli
 
 
-def _print_json(data: dict) -> None:
-    # allow_nan=False: the spec refuses NaN and infinity, so one here is a bug, never invalid JSON on stdout
-    print(json.dumps(data, indent=2, allow_nan=False))
+def print_json(data: object) -> None:
+    """Every --json report goes through here: indented, and never NaN (the spec refuses NaN and infinity, so one
+    here is a bug, never invalid JSON on stdout). A dataclass prints as its fields, a path as its text."""
+    print(json.dumps(data, indent=2, allow_nan=False, default=_plain_data))
+
+
+def _plain_data(value: object) -> object:
+    import dataclasses
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return str(value)
+
+
+_print_json = print_json
+
+# The conventions every command shares (issue 23). A report command takes both --json and --no-color;
+# tests/test_cli_flags.py holds every option to its one meaning in gpucluster.words.FLAGS.
+NO_COLOR_HELP = "plain text, no color, even on a terminal (so does a non-empty NO_COLOR environment variable)"
+
+
+def json_flag(p: argparse.ArgumentParser, help: str) -> None:
+    """--json: the report as JSON on stdout; `help` names what the document holds."""
+    p.add_argument("--json", action="store_true", help=help)
+
+
+def no_color_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-color", action="store_true", help=NO_COLOR_HELP)
+
+
+def report_flags(p: argparse.ArgumentParser, json_help: str) -> None:
+    """--json and --no-color, for a command that prints a report."""
+    json_flag(p, json_help)
+    no_color_flag(p)
+
+
+class DeprecatedAlias(argparse.Action):
+    """An old spelling kept for one release: it stores into its new flag's dest, is hidden from --help, and
+    says on stderr, in one line, which flag replaces it."""
+
+    def __init__(self, option_strings: list[str], dest: str, replaced_by: str = "", **kwargs: object) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.replaced_by = replaced_by
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        print(f"warning: {option_string} is deprecated in `{parser.prog}`: use {self.replaced_by} "
+              "(the old spelling is removed in the next release)", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def deprecated_alias(p: argparse.ArgumentParser, old: str, new: str) -> None:
+    """Accept `old` as a spelling of the option `new` already added to `p`, with a warning, for one release."""
+    action = next(a for a in p._actions if new in a.option_strings)
+    p.add_argument(old, action=DeprecatedAlias, replaced_by=new, dest=action.dest, type=action.type,
+                   metavar=action.metavar, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
 def _suppress(findings: list, args: argparse.Namespace) -> list:
@@ -144,6 +199,10 @@ def cmd_render(args: argparse.Namespace) -> int:
                     advance()
             files["cabling.csv"] = counted
         sizes = write_outputs(files, Path(args.output))
+    if args.json:
+        print_json({"output": args.output, "cluster": cluster.name, "slurm_version": cluster.spec.slurm.version,
+                    "files": sizes, "seconds": round(time.perf_counter() - t0, 3)})
+        return 0
     print_render(Screen(rich=False if args.no_color else None), args.output,
                  f"{cluster.name} (Slurm {cluster.spec.slurm.version})", sizes,
                  time.perf_counter() - t0)
@@ -161,9 +220,28 @@ def _suppress_arg(p: argparse.ArgumentParser) -> None:
                    help="hide warnings of this rule (repeatable); errors are never suppressed")
 
 
+# What render writes, family by family, each with the pattern of its files' names. render's one-liner is made
+# from the families, and tests/test_cli_help.py renders the examples and holds every file to one of them, so the
+# one-liner stays true when render learns a file.
+RENDER_FAMILIES = (
+    ("Slurm", r"slurm\.conf|gres\.conf|cgroup\.conf|topology\.(conf|yaml)|slurmdbd\.conf"),
+    ("NCCL", r"nccl\.conf|nccl-env\.sh"),
+    ("host and switch RoCE QoS", r"roce-qos\.conf|[a-z]+-(sonic|eos)-qos\.(json|cfg)"),
+    ("storage daemons and mounts", r"mfs[a-z]*\.cfg|ganesha\.conf|[a-z0-9-]+\.mount"),
+    ("health checks", r"gpucluster-health(-[a-z]+)?(\.service|\.timer)?|health-config\.[a-z0-9_-]+\.json"),
+    ("cabling.csv", r"cabling\.csv"),
+    ("fabric.topo", r"fabric\.topo"),
+    ("bom.csv", r"bom\.csv"),
+    ("plan.json", r"plan\.json"),
+)
+RENDER_HELP = "write every file of a spec into a folder: " + ", ".join(name for name, _ in RENDER_FAMILIES)
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser for `gpucluster COMMAND ...`; without a command, the whole tree (every subcommand)."""
-    parser = argparse.ArgumentParser(prog="gpucluster", description=plain(__doc__))
+    parser = argparse.ArgumentParser(prog="gpucluster", description=plain(__doc__),
+                                     epilog="Each command's own help: gpucluster COMMAND --help. Every command and "
+                                            "flag: docs/cli.md.")
     parser.add_argument("--version", action="version", version=f"gpucluster {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     spec_help = "the cluster spec (YAML), or - to read standard input"
@@ -177,7 +255,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="findings as JSON (file, line, column, field, rule, level, message, fix) on stdout")
     _suppress_arg(p)
-    p.add_argument("--no-color", action="store_true", help="plain output even on a terminal (also: NO_COLOR=1)")
+    no_color_flag(p)
     p.set_defaults(func=cmd_check)
     p = sub.add_parser("plan", help="physical design: switches per tier, oversubscription, bisection bandwidth",
                        description="Plan the fabric of a spec: switches per tier, links, oversubscription, "
@@ -185,9 +263,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                                    "rounding raised above its arithmetic minimum (docs/plan.md).",
                        epilog="examples:\n"
                               "  gpucluster plan examples/colossus-200k.yaml\n"
-                              "  gpucluster plan examples/colossus-200k.yaml --json | jq .switches\n"
-                              "  gpucluster plan examples/meta-24k-roce.yaml --html plan.html --svg fabric.svg\n"
-                              "  gpucluster plan examples/colossus-200k.yaml --svg pod49.svg --pod 49",
+                              "  gpucluster plan examples/colossus-200k.yaml --html plan.html --svg pod49.svg --pod 49",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("spec", help=f"{spec_help}, e.g. examples/colossus-200k.yaml")
     p.add_argument("--json", action="store_true", help="machine-readable output (stable keys: docs/spec.md); "
@@ -197,13 +273,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--html", metavar="FILE", help="write the plan as one self-contained HTML page to FILE")
     p.add_argument("--pod", type=int, metavar="N",
                    help="in the diagram, draw pod N unit by unit (with 2 tiers: unit N rack by rack)")
-    p.add_argument("--no-color", action="store_true", help="plain output even on a terminal (also: NO_COLOR=1)")
+    no_color_flag(p)
     p.set_defaults(func=cmd_plan)
-    p = sub.add_parser("render", help="write slurm.conf, topology.conf, gres.conf, cgroup.conf, nccl.conf, "
-                                      "cabling.csv, bom.csv",
+    p = sub.add_parser("render", help=RENDER_HELP,
                        description="Render every file of a spec into a folder: Slurm and NCCL configs from "
-                                   "templates/, the cabling map, the bill of materials and plan.json. All files "
-                                   "are written or none.",
+                                   "templates/, the RoCE and storage settings, the health checks, the cabling map, "
+                                   "the bill of materials and plan.json. All files are written or none.",
                        epilog="examples:\n"
                               "  gpucluster render examples/staging.yaml -o out/staging\n"
                               "  gpucluster render examples/colossus-200k.yaml -o out/colossus --no-cabling",
@@ -213,7 +288,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="output folder, replaced as a whole set: readers see the old files or the new ones; "
                         "files an earlier render wrote and this one does not are removed, yours are kept")
     p.add_argument("--no-cabling", action="store_true", help="skip the per-port cabling map")
-    p.add_argument("--no-color", action="store_true", help="plain output even on a terminal (also: NO_COLOR=1)")
+    report_flags(p, "what was written as JSON: output, cluster, slurm_version, files (name: bytes), seconds")
     p.add_argument("--slurm-version", metavar="V", help="render for this Slurm release instead of the spec's "
                                                          "slurm.version (22.05 .. 26.05), e.g. to diff an upgrade")
     p.set_defaults(func=cmd_render)
@@ -244,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     parser = build_parser(words[0] if words else None)
     args = parser.parse_args(argv)
+    if getattr(args, "no_color", False):
+        os.environ["NO_COLOR"] = "1"  # one switch for every printer of this process and what it runs
     try:
         rc = args.func(args) or 0
         sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit

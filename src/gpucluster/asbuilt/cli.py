@@ -8,26 +8,29 @@ import json
 import sys
 from pathlib import Path
 
+from gpucluster.cli import deprecated_alias, json_flag, no_color_flag, print_json
 from gpucluster.errors import UsageError
 from gpucluster.progress import progress
 
-EPILOG = """examples:
-  gpucluster fabric discover --ibnetdiscover dump.txt
-  gpucluster fabric discover --ibnetdiscover dump.txt --json > discovered.json
-  gpucluster fabric verify examples/meta-24k-ib.yaml --ibnetdiscover dump.txt
-  gpucluster fabric verify examples/meta-24k-ib.yaml --ibnetdiscover dump.txt \\
-      --hosts site-names.csv --switch-pattern 'MF0;{name}:MQM9700/U1' --json
-  gpucluster fabric verify examples/meta-24k-roce.yaml --lldp lldp/
-  gpucluster fabric discover --nvlink smi/                  # smi/<node>.txt: nvidia-smi -q of each node
-  gpucluster fabric verify examples/gb200-superpod.yaml --nvlink smi/
-  gpucluster fabric verify examples/meta-24k-ib.yaml --ibnetdiscover dump.txt --slurm-topology wires/topology.conf
-  gpucluster fabric topofile examples/meta-24k-ib.yaml -o fabric.topo     # then: ibdiagnet -t fabric.topo
-  gpucluster fabric switch-config examples/meta-24k-roce.yaml -o switch-qos/
-  gpucluster fabric test-plan examples/meta-24k-ib.yaml --tier spine --json
-  gpucluster fabric test inventories/prod                    # every tier, as Slurm jobs, thresholds from the plan
-  gpucluster fabric test inventories/prod --tier spine --json
-exit status: 0 the fabric matches the plan (verify) / every result passed (test); 1 it differs / some result
-failed or was not measured; 2 bad input (file:line and a fix)."""
+# Each subcommand's own examples; the exit status is the group's.
+EXIT = ("exit status: 0 the fabric matches the plan (verify) / every result passed (test); 1 it differs / some "
+        "result failed or was not measured; 2 bad input (file:line and a fix).")
+EXAMPLES = {
+    "discover": ["gpucluster fabric discover --ibnetdiscover dump.txt",
+                 "gpucluster fabric discover --nvlink smi/        # smi/<node>.txt: nvidia-smi -q of each node"],
+    "verify": ["gpucluster fabric verify examples/meta-24k-ib.yaml --ibnetdiscover dump.txt --sites site-names.csv",
+               "gpucluster fabric verify examples/meta-24k-roce.yaml --lldp lldp/ --json"],
+    "topofile": ["gpucluster fabric topofile examples/meta-24k-ib.yaml -o fabric.topo   # then: ibdiagnet -t "
+                 "fabric.topo"],
+    "switch-config": ["gpucluster fabric switch-config examples/meta-24k-roce.yaml -o switch-qos/"],
+    "test-plan": ["gpucluster fabric test-plan examples/meta-24k-ib.yaml --tier spine"],
+    "test": ["gpucluster fabric test inventories/prod                # every tier, as Slurm jobs",
+             "gpucluster fabric test inventories/prod --tier spine --json"],
+}
+
+
+def _epilog(name: str) -> str:
+    return "examples:\n" + "".join(f"  {line}\n" for line in EXAMPLES[name]) + EXIT
 
 
 def _print_findings(findings, limit: int) -> None:
@@ -73,7 +76,7 @@ def cmd_discover(args: argparse.Namespace) -> int:
     findings = [Finding(f["kind"], f["message"], f.get("fix", ""), f.get("where", "")) for f in doc["findings"]]
     if findings:
         print(f"{len(findings)} finding(s):")
-        _print_findings(findings, args.limit)
+        _print_findings(findings, args.max_findings)
     return 0
 
 
@@ -90,7 +93,7 @@ def _discover_nvlink(args: argparse.Namespace) -> int:
     for clique, nodes in doc["cliques"].items():
         print(f"  {clique}: {len(nodes)} nodes ({nodes[0]} .. {nodes[-1]})")
     if doc["no_clique"]:
-        print(f"  no clique: {', '.join(doc['no_clique'][:args.limit])}")
+        print(f"  no clique: {', '.join(doc['no_clique'][:args.max_findings])}")
     return 0
 
 
@@ -111,7 +114,7 @@ def _verify_nvlink(args: argparse.Namespace, cluster) -> int:
         print(f"{cluster.name}: every one of {len(cluster.plan.domains)} NVLink domains is its planned rack")
         return 0
     print(f"{cluster.name}: the NVLink domains differ from the plan: {len(findings)} finding(s)")
-    _print_findings(findings, args.limit)
+    _print_findings(findings, args.max_findings)
     return 1
 
 
@@ -134,8 +137,8 @@ def _site(args: argparse.Namespace, cluster):
     from gpucluster.asbuilt.names import SiteNames, load_hosts, switch_pattern
 
     site = SiteNames()
-    if args.hosts:
-        site.hosts = load_hosts(args.hosts, [h for g in cluster.spec.node_groups for h in g.hosts], str(args.spec))
+    if args.sites:
+        site.hosts = load_hosts(args.sites, [h for g in cluster.spec.node_groups for h in g.hosts], str(args.spec))
     if args.switch_pattern:
         site.switch_pattern = switch_pattern(args.switch_pattern)
     return site
@@ -190,13 +193,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if s["inferred"]:
         print(f"  inferred by position (no name matched): {len(s['inferred_switches']):,} switch(es)"
               + (f", NIC names {s['inferred_nic_names']}" if s["inferred_nic_names"] else ""))
-    _print_topology(topo, args.limit)
+    _print_topology(topo, args.max_findings)
     if result.ok:
         print("the fabric matches the plan")
         return 0
     print(f"the fabric differs from the plan: {len(result.findings)} finding(s) "
           f"({', '.join(f'{n} {k}' for k, n in s['findings_by_kind'].items())})")
-    _print_findings(result.findings, args.limit)
+    _print_findings(result.findings, args.max_findings)
     return 1
 
 
@@ -227,6 +230,9 @@ def cmd_topofile(args: argparse.Namespace) -> int:
     if out.is_dir():
         raise UsageError(f"{out}: is a folder; give the topology file's path, e.g. -o {out / 'fabric.topo'}")
     size = write_file(out, lambda: topofile(cluster.plan))
+    if args.json:
+        print_json({"cluster": cluster.name, "written": str(out), "bytes": size})
+        return 0
     print(f"wrote {out} ({size:,} bytes); check the fabric with: ibdiagnet -t {out}")
     return 0
 
@@ -238,9 +244,14 @@ def cmd_switch_config(args: argparse.Namespace) -> int:
 
     cluster = load_cluster(args.spec)
     sizes = write_outputs(switch_configs(cluster.spec, cluster.plan), Path(args.output))
+    roce = cluster.spec.fabric.roce
+    if args.json:
+        print_json({"cluster": cluster.name, "output": args.output, "files": sizes,
+                    "roce": {"dscp": roce.dscp, "pfc_priority": roce.pfc_priority, "ecn": roce.ecn,
+                             "cnp_dscp": roce.cnp_dscp, "cnp_priority": roce.cnp_priority, "mtu": roce.link_mtu}})
+        return 0
     for name, size in sizes.items():
         print(f"  {args.output.rstrip('/')}/{name}  {size:,} bytes")
-    roce = cluster.spec.fabric.roce
     print(f"RoCE QoS for {cluster.name}: DSCP {roce.dscp} -> priority {roce.pfc_priority} (PFC, ECN "
           f"{'on' if roce.ecn else 'off'}), CNP DSCP {roce.cnp_dscp} -> priority {roce.cnp_priority}, "
           f"MTU {roce.link_mtu}")
@@ -305,7 +316,7 @@ def cmd_test(args: argparse.Namespace) -> int:
         json.dump(doc, sys.stdout, indent=1)
         print()
         return 0 if run.ok else 1
-    _print_test(doc, args.limit)
+    _print_test(doc, args.slowest)
     return 0 if run.ok else 1
 
 
@@ -344,7 +355,8 @@ def _print_test(doc: dict, limit: int) -> None:
         print(f"  {tier:5}  {len(mine) - len(slow)} of {len(mine) + len(missing)} passed (>= {t['threshold']} "
               f"{doc['unit']}{span})" + (f", {len(slow)} slow" if slow else "")
               + (f", {len(missing)} not measured" if missing else ""))
-    for r in [r for r in doc["results"] if r["slow"]][:limit]:
+    slowest = sorted((r for r in doc["results"] if r["slow"]), key=lambda r: r["value"] / (r["threshold"] or 1))
+    for r in slowest[:limit]:
         rail = f" rail {r['rail']}" if r["rail"] is not None else ""
         print(f"  slow: {r['tier']}{rail} {' - '.join(r['nodes']) if len(r['nodes']) <= 2 else 'whole cluster'}: "
               f"{r['value']:.3g} < {r['threshold']:g} {r['unit']} (job {r['job'] or '?'}; {r['detail']})")
@@ -360,35 +372,42 @@ def _print_test(doc: dict, limit: int) -> None:
     print("every result passed" if doc["ok"] else "the fabric test failed")
 
 
+def _max_findings(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-findings", type=int, default=20, metavar="N", help="findings shown per kind; all of them "
+                   "are in --json (default 20)")
+    deprecated_alias(p, "--limit", "--max-findings")
+
+
 def register(sub) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser("fabric", help="the fabric as built: discover it, verify it against the plan, "
                                       "ibdiagnet topology, RoCE switch QoS, bandwidth test plan",
                        description="The fabric as built against the fabric as planned: read what the fabric "
                        "reports (ibnetdiscover, lldpctl), compare it with the plan's cabling, and derive what the "
-                       "switches and the bandwidth tests need from the same spec.", epilog=EPILOG, formatter_class=fmt)
+                       "switches and the bandwidth tests need from the same spec.", epilog=EXIT)
     fsub = p.add_subparsers(dest="fabric_command", required=True, metavar="SUBCOMMAND")
 
     d = fsub.add_parser("discover", help="summarise an ibnetdiscover dump without a spec: tiers, hosts, bundles",
                         description="Read what the fabric reports, with no spec: from an ibnetdiscover dump, the "
                         "switch tiers, the hosts and their ports, the bundles of parallel links and what looks "
                         "wrong; from nvidia-smi outputs, the NVLink domains the GPUs formed.",
-                        epilog=EPILOG, formatter_class=fmt)
+                        epilog=_epilog("discover"), formatter_class=fmt)
     dsrc = d.add_mutually_exclusive_group(required=True)
     dsrc.add_argument("--ibnetdiscover", metavar="FILE",
                       help="output of `ibnetdiscover > FILE` (the full topology, not -l/-p)")
     dsrc.add_argument("--nvlink", metavar="DIR", help="NVLink domains: a folder of one `nvidia-smi -q` (or -q -x) "
                       "output per node, named after the node; groups nodes by ClusterUUID and CliqueId")
-    d.add_argument("--json", action="store_true", help="machine-readable: switches, tiers, hosts, host_ports, "
-                   "unidentified, bundles, degraded_bundles, findings (docs/fabric.md)")
-    d.add_argument("--limit", type=int, default=20, metavar="N", help="findings shown per kind (default 20)")
+    json_flag(d, "machine-readable: switches, tiers, hosts, host_ports, unidentified, bundles, degraded_bundles, "
+              "findings (docs/fabric.md)")
+    no_color_flag(d)
+    _max_findings(d)
     d.set_defaults(func=cmd_discover)
 
     v = fsub.add_parser("verify", help="compare the discovered fabric with the plan's cabling; exit 1 when it "
                         "differs", description="Compare the fabric as built (ibnetdiscover, lldpctl or nvidia-smi "
                         "outputs) with the plan's cabling and NVLink domains: one finding per fault (a missing, "
                         "extra or swapped cable, a down-rated link, a tray in the wrong domain), each naming the "
-                        "ports and the fix. Exit 1 when they differ.", epilog=EPILOG, formatter_class=fmt)
+                        "ports and the fix. Exit 1 when they differ.", epilog=_epilog("verify"), formatter_class=fmt)
     v.add_argument("spec", help="the cluster spec (YAML) whose plan is the reference")
     src = v.add_mutually_exclusive_group(required=True)
     src.add_argument("--ibnetdiscover", metavar="FILE", help="InfiniBand: output of `ibnetdiscover > FILE`")
@@ -396,35 +415,41 @@ def register(sub) -> None:
                      "per node; reports a node outside its planned rack's domain, and a domain short of trays")
     src.add_argument("--lldp", metavar="DIR_OR_FILE", help="RoCE: a folder of <device>.json files, each the output "
                      "of `lldpctl -f json` on that host or switch, or one JSON object {device: that output}")
-    v.add_argument("--hosts", metavar="MAP.csv", help="site names of the plan's hosts: CSV with header "
+    v.add_argument("--sites", metavar="MAP.csv", help="site names of the plan's hosts: CSV with header "
                    "hostname,address[,port][,user] (the inventory's form), the second column the site's name")
     v.add_argument("--switch-pattern", metavar="P", help="how the site names switches: a format with {name} "
                    "('MF0;{name}:MQM9700/U1') or a regex with (?P<name>...) capturing the plan's name")
     v.add_argument("--slurm-topology", metavar="FILE", help="write the topology the wires describe as Slurm's "
                    "topology.conf (topology.yaml from 25.05), rendered as `gpucluster render` renders the plan's, "
                    "to compare the two (a folder: the file's own name in it)")
-    v.add_argument("--json", action="store_true", help="machine-readable: ok, summary, findings, slurm_topology "
-                   "(docs/fabric.md)")
-    v.add_argument("--limit", type=int, default=20, metavar="N", help="findings shown per kind (default 20)")
+    json_flag(v, "machine-readable: ok, summary, findings, slurm_topology (docs/fabric.md)")
+    no_color_flag(v)
+    _max_findings(v)
+    deprecated_alias(v, "--hosts", "--sites")
     v.set_defaults(func=cmd_verify)
 
     t = fsub.add_parser("topofile", help="write the plan as an ibdiagnet topology file (ibdiagnet -t FILE)",
                         description="Write the plan's InfiniBand cabling as an ibdiagnet topology file, so "
                         "`ibdiagnet -t FILE` checks the fabric against it on the cluster itself.",
-                        epilog=EPILOG, formatter_class=fmt)
+                        epilog=_epilog("topofile"), formatter_class=fmt)
     t.add_argument("spec", help="the cluster spec (YAML); its fabric must be InfiniBand")
     t.add_argument("-o", "--output", required=True, metavar="FILE", help="the topology file to write (replaced "
                    "atomically)")
+    json_flag(t, "what was written as JSON: cluster, written, bytes")
+    no_color_flag(t)
     t.set_defaults(func=cmd_topofile)
 
     s = fsub.add_parser("switch-config", help="render RoCE lossless QoS for the switches (SONiC config_db "
                         "fragments or Arista EOS, by the switch model's vendor)",
                         description="Render the switches' side of the spec's RoCE lossless settings (trust DSCP, "
                         "PFC on the RoCE priority, ECN, the CNP priority) in the switch vendor's form, from the "
-                        "same fabric.roce values the hosts and NCCL get.", epilog=EPILOG, formatter_class=fmt)
+                        "same fabric.roce values the hosts and NCCL get.", epilog=_epilog("switch-config"),
+                        formatter_class=fmt)
     s.add_argument("spec", help="the cluster spec (YAML); its fabric must be RoCE")
     s.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for one file per switch tier "
                    "(files are replaced atomically)")
+    json_flag(s, "what was written as JSON: cluster, output, files (name: bytes), roce (the settings used)")
+    no_color_flag(s)
     s.set_defaults(func=cmd_switch_config)
 
     tp = fsub.add_parser("test-plan", help="the bandwidth test `fabric test` runs: pairs per tier and the "
@@ -432,7 +457,7 @@ def register(sub) -> None:
                          description="Print the bandwidth test `fabric test` would run, from the plan alone: the "
                          "node pairs per tier and the figure each must reach (line rate x efficiency, divided by "
                          "the oversubscription the pair crosses). Nothing is submitted.",
-                         epilog=EPILOG, formatter_class=fmt)
+                         epilog=_epilog("test-plan"), formatter_class=fmt)
     tp.add_argument("spec", help="the cluster spec (YAML)")
     tp.add_argument("--tier", default="all-tiers", choices=["leaf", "spine", "core", "rail", "all", "all-tiers"],
                     help="leaf: pairs under one leaf; spine/core: pairs across them; rail: each rail on its own "
@@ -442,10 +467,10 @@ def register(sub) -> None:
                     "stand-in over the container network (Gb/s)")
     tp.add_argument("--efficiency", type=float, metavar="F", help="fraction of the line rate a healthy pair reaches "
                     "(default per transport: nccl 0.85, below the published 350-390 GB/s all_reduce on 8 x 400G H100)")
-    tp.add_argument("--json", action="store_true", help="machine-readable, with every case (streamed: Colossus 200k "
-                    "writes 21.6 MB)")
+    json_flag(tp, "machine-readable, with every case (streamed: Colossus 200k writes 21.6 MB)")
     tp.add_argument("--summary", action="store_true", help="with --json: the thresholds and case counts per tier "
                     "alone, without the list of cases")
+    no_color_flag(tp)
     tp.set_defaults(func=cmd_test_plan)
 
     ft = fsub.add_parser("test", help="measure the fabric through Slurm: pairs under a leaf, across the spine and "
@@ -456,7 +481,7 @@ def register(sub) -> None:
                          "(HCAs and perftest), or iperf3 over the container network on staged nodes (the staging "
                          "stand-in for the transport). Each result is judged against link speed x lanes x "
                          "efficiency / the oversubscription it crosses; a slow node or uplink is named with the "
-                         "results that point at it (docs/fabric.md).", epilog=EPILOG, formatter_class=fmt)
+                         "results that point at it (docs/fabric.md).", epilog=_epilog("test"), formatter_class=fmt)
     ft.add_argument("inventory", help="inventory folder (hosts.yml) or file, as `gpucluster inventory` writes it")
     ft.add_argument("--tier", default="all-tiers", choices=["leaf", "spine", "core", "rail", "all", "all-tiers"],
                     help="leaf: pairs under one leaf; spine/core: pairs across them; rail: each rail on its own "
@@ -480,8 +505,10 @@ def register(sub) -> None:
     ft.add_argument("--parallel", type=int, default=64, metavar="N", help="jobs of one round in flight at once "
                     "(default 64)")
     ft.add_argument("--mpi", default="pmix", help="srun --mpi for all_reduce_perf (default pmix)")
-    ft.add_argument("--nccl-binary", help="all_reduce_perf (default: where the nccl role builds it)")
-    ft.add_argument("--json", action="store_true", help="machine-readable: ok, transport, results, not_measured, "
-                    "suspects, jobs (progress goes to stderr)")
-    ft.add_argument("--limit", type=int, default=20, metavar="N", help="slow results listed (default 20)")
+    ft.add_argument("--nccl-binary", metavar="FILE", help="all_reduce_perf (default: where the nccl role builds it)")
+    json_flag(ft, "machine-readable: ok, transport, results, not_measured, suspects, jobs (progress goes to stderr)")
+    no_color_flag(ft)
+    ft.add_argument("--slowest", type=int, default=20, metavar="N", help="slow results listed, the slowest first, "
+                    "and as many not measured (default 20)")
+    deprecated_alias(ft, "--limit", "--slowest")
     ft.set_defaults(func=cmd_test)

@@ -175,7 +175,7 @@ def default_is_host(names: set[str]) -> Callable[[str], bool]:
 
 def read(path: str | Path, is_host: Callable[[str], bool], advance: Callable[[int], None] | None = None) -> Fabric:
     """A folder of per-device files, or one merged file. `is_host` tells hosts from switches (verify
-    passes the plan's hosts and the --hosts names); `advance(1)` is told each device read."""
+    passes the plan's hosts and the --sites names); `advance(1)` is told each device read."""
     p = Path(path)
     b = _Builder(str(p), is_host)
     if p.is_dir():

@@ -3,7 +3,7 @@
 Switches are matched by their node description (or LLDP system name): the plan's name itself, the
 first word of it, the part between ';' and ':' of a UFM-style "MF0;su0001-r3:MQM9700/U1", or what
 --switch-pattern extracts. HCAs are matched by "<host> <device>" (rdma-ndd's format), the host through
-the --hosts map. What stays unmatched is inferred later from graph position (verify's votes).
+the --sites map. What stays unmatched is inferred later from graph position (verify's votes).
 """
 
 from __future__ import annotations
@@ -138,5 +138,5 @@ def resolve(fab: Fabric, idx: PlanIndex, site: SiteNames) -> Match:
     if by_desc:
         m.how["HCAs by description"] = by_desc
     if by_map:
-        m.how["HCAs by --hosts"] = by_map
+        m.how["HCAs by --sites"] = by_map
     return m

@@ -51,7 +51,7 @@ def why_unidentified(desc: str | None) -> str:
 
 @dataclass
 class SiteNames:
-    """Site name -> plan name, for hosts (a --hosts file) and switches (a --switch-pattern)."""
+    """Site name -> plan name, for hosts (a --sites file) and switches (a --switch-pattern)."""
 
     hosts: dict[str, str] = field(default_factory=dict)
     switch_pattern: re.Pattern | None = None
@@ -77,13 +77,13 @@ class SiteNames:
 
 
 def load_hosts(path: str | Path, plan_hosts: list[str], spec_file: str = "") -> dict[str, str]:
-    """A --hosts file, read by the inventory's own reader (the CSV form `gpucluster inventory --hosts`
+    """A --sites file, read by the inventory's own reader (the CSV form `gpucluster inventory --hosts`
     takes: header `hostname,address[,port][,user]`); for verify the address is the site's name for the
     plan's host, and hosts the file leaves out keep their plan names. Returns {site name: plan name}.
     Raises SpecError (file, line, field, rule, fix) for a malformed file or a host the spec lacks."""
     from gpucluster.inventory.sources import from_hosts_file
 
-    conns = from_hosts_file(path, plan_hosts, spec_file=spec_file, require_all=False)
+    conns = from_hosts_file(path, plan_hosts, spec_file=spec_file, require_all=False, flag="--sites")
     out: dict[str, str] = {}
     for plan, conn in conns.items():
         site = str(conn.get("ansible_host", plan))

@@ -1,6 +1,6 @@
 """verify: the discovered fabric against the plan's cabling, one finding per fault.
 
-1. match discovered nodes to plan devices (match.resolve: descriptions, --hosts, --switch-pattern);
+1. match discovered nodes to plan devices (match.resolve: descriptions, --sites, --switch-pattern);
 2. stream the planned cables once: a cable whose two ends meet in the dump is matched (and its rate
    checked); the rest are kept, with what each end reaches instead. Switches and NIC names nothing
    matched get votes from the matched ends around them; if any is inferred, the pass runs again;
@@ -382,7 +382,7 @@ class _Explainer:
                         self.consume_planned(other)
                 stranger = self.m.unplanned_hosts.get(seen // PORT_SPAN)
                 if stranger:
-                    msg += f"; host '{stranger}' is not in the plan (map it with --hosts)"
+                    msg += f"; host '{stranger}' is not in the plan (map it with --sites)"
                 fix = (f"move the cable from {self.name(seen)} to {label(y)}" if isinstance(y[1], int)
                        else f"move the cable at {label(x)} to {label(y)}")
                 self.add("wrong-rail" if wrong_rail else "miscabled", msg, fix,
@@ -436,7 +436,7 @@ class _Explainer:
             what = f"{tier} switch {dev}" if tier else f"host {dev}"
             self.add("missing-link", f"{what} is not in the dump: its {len(ends)} planned link(s) are not seen",
                      f"power it on and check its cables{'' if tier else ' and its HCAs'}; if it is there under "
-                     "another name, give --hosts / --switch-pattern",
+                     "another name, give --sites / --switch-pattern",
                      device=dev, links=len(ends))
 
     def bundle_size(self, s1: str, s2: str) -> int:
@@ -469,12 +469,12 @@ class _Explainer:
             for c in (code, peer):
                 node = c // PORT_SPAN
                 if node in m.unplanned_hosts:
-                    note = f"; host '{m.unplanned_hosts[node]}' is not in the plan (map it with --hosts)"
+                    note = f"; host '{m.unplanned_hosts[node]}' is not in the plan (map it with --sites)"
                 elif c in m.pending:
                     host, word = m.pending[c]
                     note = f"; '{word}' is not one of {host}'s planned HCAs ({', '.join(self.idx.hcas_of(host))})"
             self.add("extra-link", f"{self.name(code)} - {self.name(peer)} is not in the plan{note}",
-                     "remove the cable, or name it as the plan does (--hosts, node descriptions)",
+                     "remove the cable, or name it as the plan does (--sites, node descriptions)",
                      a=self.name(code), b=self.name(peer))
             self.consume_found(code)
         for a, b, kind in self.p.unmatched:

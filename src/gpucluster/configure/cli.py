@@ -8,10 +8,12 @@ failing hosts and their messages otherwise, 2 for bad input (no such inventory, 
 from __future__ import annotations
 
 import argparse
+import sys
+
+from gpucluster.cli import print_json, report_flags
 
 EXAMPLES = """examples:
   gpucluster configure inventories/prod --secrets ~/.config/gpucluster/secrets/prod.json --check --diff
-  gpucluster configure inventories/prod --secrets secrets.json
   gpucluster configure inventories/prod --secrets secrets.json --tags slurm --limit 'gpu[001-064]' --batch 32
 """
 
@@ -20,12 +22,15 @@ def cmd_configure(args: argparse.Namespace) -> int:
     from gpucluster.configure.runner import configure, summary
 
     def log(text: str) -> None:
-        print(text, flush=True)
+        print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
 
     result = configure(args.inventory, playbook=args.playbook, limit=args.limit, tags=args.tags,
                        project=args.project_dir, secrets=args.secrets, check=args.check, diff=args.diff,
                        batch=args.batch, state_dir=args.state_dir, verbose=args.verbose, log=log, live=None)
-    print(summary(result), flush=True)
+    if args.json:
+        print_json({"ok": result.ok, "failed_hosts": result.failed_hosts, **vars(result)})
+    else:
+        print(summary(result), flush=True)
     return 0 if result.ok else 1
 
 
@@ -48,6 +53,9 @@ def cmd_secrets(args: argparse.Namespace) -> int:
         from gpucluster.deploy.outputs import secrets_from_stack
 
         written = secrets_from_stack(args.pulumi_stack, Path(args.output) if args.output else None)
+    if args.json:
+        print_json({"written": str(written), "mode": "0600"})  # the path only: the secrets stay in the file
+        return 0
     print(f"wrote {written} (mode 0600): gpucluster configure INVENTORY --secrets {written} "
           f"(or ansible-playbook -e @{written}); keep it out of git")
     return 0
@@ -67,17 +75,20 @@ def register(sub) -> None:
     p.add_argument("--check", action="store_true", help="dry run: report what would change, change nothing")
     p.add_argument("--diff", action="store_true", help="show the changes to files (with --check: the changes "
                    "that would be made)")
-    p.add_argument("--limit", help="only these hosts or groups (Ansible --limit pattern), e.g. 'gpu[001-064]'")
+    p.add_argument("--limit", metavar="PATTERN", help="only these hosts or groups (an Ansible pattern), e.g. "
+                   "'gpu[001-064]'")
     p.add_argument("--tags", help="only these concerns: common, gpu, rdma, nccl, storage, munge, slurm (comma "
                    "separated)")
     p.add_argument("--batch", type=int, metavar="N", help="reconfigure the Slurm daemons N hosts at a time "
                    "(rolling; Ansible's serial), so a running cluster never loses every slurmd at once")
-    p.add_argument("--state-dir", help="private state folder of this cluster (default "
+    p.add_argument("--state-dir", metavar="DIR", help="private state folder of this cluster (default "
                    "$XDG_STATE_HOME/gpucluster/<cluster> or ~/.local/state/gpucluster/<cluster>)")
     p.add_argument("--playbook", default="site.yml", help="playbook under playbooks/ (default site.yml)")
-    p.add_argument("--project-dir", help="folder with ansible.cfg, playbooks/, roles/ (default: $GPUCLUSTER_HOME "
-                   "or the checkout)")
+    p.add_argument("--project-dir", metavar="DIR", help="folder with ansible.cfg, playbooks/, roles/ (default: "
+                   "$GPUCLUSTER_HOME or the checkout)")
     p.add_argument("-v", "--verbose", action="store_true", help="also print Ansible's own output")
+    report_flags(p, "the run's result as JSON: ok, hosts (per host counts), failures, role_times, changes, diffs "
+                    "(progress lines go to stderr)")
     p.set_defaults(func=cmd_configure)
 
     q = sub.add_parser("secrets", help="write the cluster's secrets (munge key, slurmdbd password) to a 0600 "
@@ -90,8 +101,10 @@ def register(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     how = q.add_mutually_exclusive_group(required=True)
     how.add_argument("--generate", action="store_true", help="generate a new munge key and slurmdbd password")
-    how.add_argument("--pulumi-stack", help="read the secrets a `pulumi up` of this stack generated")
-    q.add_argument("-o", "--output", help="file to write (required with --generate; default for a stack: "
-                   "$XDG_RUNTIME_DIR/gpucluster/secrets/STACK.json, else ~/.config/gpucluster/secrets/STACK.json)")
+    how.add_argument("--pulumi-stack", metavar="STACK", help="read the secrets a `pulumi up` of this stack generated")
+    q.add_argument("-o", "--output", metavar="FILE", help="file to write (required with --generate; default for a "
+                   "stack: $XDG_RUNTIME_DIR/gpucluster/secrets/STACK.json, else "
+                   "~/.config/gpucluster/secrets/STACK.json)")
     q.add_argument("--force", action="store_true", help="with --generate: replace an existing file")
+    report_flags(q, "where the secrets were written, as JSON: written, mode (never the secrets themselves)")
     q.set_defaults(func=cmd_secrets)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from gpucluster.cli import no_color_flag
+
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from gpucluster.demo.run import demo
@@ -21,4 +23,5 @@ def register(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("spec", nargs="?", default="examples/staging.yaml",
                    help="the spec to stage (default examples/staging.yaml: Slurm 22.05 on Debian 12 nodes)")
+    no_color_flag(p)
     p.set_defaults(func=cmd_demo)

@@ -9,7 +9,13 @@ import argparse
 import json
 import sys
 
+from gpucluster.cli import json_flag, no_color_flag
 from gpucluster.words import plain
+
+EXAMPLES = """examples:
+  gpucluster diff examples/staging.yaml my-staging.yaml
+  gpucluster diff examples/staging.yaml my-staging.yaml --json | jq .class
+"""
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -41,8 +47,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("diff", help="what changes between two specs, on which hosts, and what it disrupts "
                                     "(none, reconfigure, restart, drain, reboot)",
-                       description=plain(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=plain(__doc__), epilog=EXAMPLES,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("old", metavar="OLD.yaml", help="the spec the cluster runs")
     p.add_argument("new", metavar="NEW.yaml", help="the spec to apply")
-    p.add_argument("--json", action="store_true", help="the change set as JSON (docs/operations.md: the contract)")
+    json_flag(p, "the change set as JSON (docs/operations.md: the contract)")
+    no_color_flag(p)
     p.set_defaults(func=cmd_diff)

@@ -11,6 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from gpucluster.cli import json_flag, no_color_flag, print_json, report_flags
+
 
 def cmd_render(args: argparse.Namespace) -> int:
     from gpucluster.cluster import load_cluster
@@ -19,10 +21,14 @@ def cmd_render(args: argparse.Namespace) -> int:
 
     cluster = load_cluster(args.spec)
     sizes = write_outputs(review_files(cluster), Path(args.output))
+    lines = (Path(args.output) / "slurm.conf.health").read_text().splitlines()
+    if args.json:
+        print_json({"cluster": cluster.name, "output": args.output, "files": sizes, "slurm_conf": lines})
+        return 0
     for name, size in sizes.items():
         print(f"  {args.output.rstrip('/')}/{name}  {size:,} bytes")
     print(f"rendered {len(sizes)} health files for {cluster.name}; slurm.conf needs:")
-    for line in (Path(args.output) / "slurm.conf.health").read_text().splitlines():
+    for line in lines:
         print(f"  {line}")
     return 0
 
@@ -31,8 +37,11 @@ def cmd_install(args: argparse.Namespace) -> int:
     from gpucluster.configure.runner import configure, summary
 
     result = configure(args.inventory, playbook="health.yml", limit=args.limit, verbose=args.verbose,
-                       log=lambda text: print(text, flush=True))
-    print(summary(result), flush=True)
+                       log=lambda text: print(text, file=sys.stderr if args.json else sys.stdout, flush=True))
+    if args.json:
+        print_json({"ok": result.ok, "failed_hosts": result.failed_hosts, **vars(result)})
+    else:
+        print(summary(result), flush=True)
     return 0 if result.ok else 1
 
 
@@ -74,7 +83,9 @@ def register(sub) -> None:
                       epilog="example:\n  gpucluster health render examples/staging.yaml -o out/health",
                       formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("spec", help="the cluster spec whose health: section and node groups set the checks")
-    r.add_argument("-o", "--output", required=True, help="output folder (files are replaced atomically)")
+    r.add_argument("-o", "--output", required=True, metavar="DIR", help="output folder (files are replaced "
+                   "atomically)")
+    report_flags(r, "what was written as JSON: cluster, output, files (name: bytes), slurm_conf (the lines)")
     r.set_defaults(func=cmd_render)
     i = hs.add_parser("install", help="install the checks on the cluster (playbooks/health.yml)",
                       description="Install the health checks on the inventory's compute nodes with "
@@ -82,8 +93,9 @@ def register(sub) -> None:
                       epilog="example:\n  gpucluster health install inventories/prod --limit 'gpu[001-064]'",
                       formatter_class=argparse.RawDescriptionHelpFormatter)
     i.add_argument("inventory", help="inventory folder (e.g. inventories/staging) or its hosts.yml")
-    i.add_argument("--limit", help="only these hosts or groups (Ansible --limit pattern)")
+    i.add_argument("--limit", metavar="PATTERN", help="only these hosts or groups (an Ansible pattern)")
     i.add_argument("-v", "--verbose", action="store_true", help="also print Ansible's own output")
+    report_flags(i, "the run's result as JSON, as configure --json prints it (progress lines go to stderr)")
     i.set_defaults(func=cmd_install)
     s = hs.add_parser("status", help="drained nodes by reason and the nodes' last check results",
                       description="Ask the controller which nodes are drained and why, and each node for its last "
@@ -91,6 +103,7 @@ def register(sub) -> None:
                       epilog="example:\n  gpucluster health status inventories/prod --json",
                       formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("inventory", help="inventory folder (e.g. inventories/staging) or its hosts.yml")
-    s.add_argument("--limit", help="only these compute nodes (Ansible-style pattern)")
-    s.add_argument("--json", action="store_true", help="one record per node, as JSON")
+    s.add_argument("--limit", metavar="PATTERN", help="only these compute nodes (an Ansible pattern)")
+    json_flag(s, "one record per node, as JSON")
+    no_color_flag(s)
     s.set_defaults(func=cmd_status)

@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from gpucluster.cli import print_json, report_flags
+
 EXAMPLES = """examples:
   gpucluster inventory examples/meta-24k-roce.yaml -o inventories/prod --ssh-config ~/.ssh/config
-  gpucluster inventory examples/meta-24k-roce.yaml -o inventories/prod --hosts hosts.csv
   gpucluster inventory --pulumi-stack meta-24k-roce -o inventories/prod
 """
 
@@ -27,6 +28,9 @@ def cmd_inventory(args: argparse.Namespace) -> int:
 
         path = build_inventory(args.spec, args.output, ssh_config=args.ssh_config, hosts_file=args.hosts,
                                state_dir=args.state_dir)
+    if args.json:
+        print_json({"inventory": str(path), "group_vars": str(path.parent / "group_vars")})
+        return 0
     print(f"wrote {path} (and {path.parent / 'group_vars'}/)")
     return 0
 
@@ -38,15 +42,16 @@ def register(sub) -> None:
                                    "Every value from those sources is checked and written as data "
                                    "(docs/security.md); the folder is written whole or not at all.",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("spec", nargs="?", help="the cluster spec")
-    p.add_argument("-o", "--output", required=True, help="inventory folder, e.g. inventories/prod")
+    p.add_argument("spec", nargs="?", help="the cluster spec (not with --pulumi-stack)")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="inventory folder, e.g. inventories/prod")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--ssh-config", metavar="FILE", help="how to reach each node, from an OpenSSH client config "
                      "(Host, HostName, Port, User, IdentityFile, UserKnownHostsFile, ProxyJump); every spec host "
                      "must match a Host block")
     src.add_argument("--hosts", metavar="FILE", help="how to reach each node, from a CSV file with the header "
                      "hostname,address[,port][,user]; one line per spec host")
-    src.add_argument("--pulumi-stack", help="read the inventory a `pulumi up` of this stack exported")
-    p.add_argument("--state-dir", help="record this private state folder in the inventory (default: each "
-                   "operator's own, $XDG_STATE_HOME/gpucluster/<cluster>)")
+    src.add_argument("--pulumi-stack", metavar="STACK", help="read the inventory a `pulumi up` of this stack exported")
+    p.add_argument("--state-dir", metavar="DIR", help="record this private state folder in the inventory (default: "
+                   "each operator's own, $XDG_STATE_HOME/gpucluster/<cluster>)")
+    report_flags(p, "what was written as JSON: inventory, group_vars")
     p.set_defaults(func=cmd_inventory)

@@ -269,15 +269,16 @@ def from_ssh_config(path: str | os.PathLike, hosts: list[str], *, spec_file: str
 
 
 def from_hosts_file(path: str | os.PathLike, hosts: list[str], *, spec_file: str = "",
-                    require_all: bool = True) -> dict[str, dict]:
+                    require_all: bool = True, flag: str = "--hosts") -> dict[str, dict]:
     """Connection variables from a CSV file: header `hostname,address[,port][,user]`. Raises SpecError.
-    require_all=False reads a partial file (fabric verify's --hosts maps only the hosts the site renamed)."""
+    require_all=False reads a partial file (fabric verify's --sites maps only the hosts the site renamed);
+    `flag` is the option that named the file, blamed when it cannot be read."""
     path = Path(path)
     name = str(path)
     try:
         text = read_regular(path, MAX_FILE_BYTES)[0].decode()
     except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError([Finding(("--hosts",), f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}",
+        raise SpecError([Finding((flag,), f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}",
                                  "give a CSV file (a regular file) with the header hostname,address[,port][,user]",
                                  "hosts-file", file=name)]) from None
     findings: list[Finding] = []

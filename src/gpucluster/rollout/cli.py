@@ -15,8 +15,14 @@ import sys
 import time
 from pathlib import Path
 
+from gpucluster.cli import print_json, report_flags
 from gpucluster.errors import OperationError, UsageError
 from gpucluster.words import plain
+
+EXAMPLES = """examples:
+  gpucluster rollout inventories/prod --change drain --by su --dry-run
+  gpucluster rollout inventories/prod --status --json
+"""
 
 
 def _target(args: argparse.Namespace):
@@ -49,7 +55,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     if args.status:
         path = folder / state.NAME
         s = state.load(path)
-        _print_status(s, path)
+        _print_status(s, path, args.json)
         return 0
     hosts = cluster.contract_groups["slurm_compute"]
     try:
@@ -58,6 +64,10 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         cap = parse_max_unavailable(args.max_unavailable, len(hosts), largest)
         if args.dry_run:
             waves = plan_waves(units, cap, by=args.by)
+            if args.json:
+                print_json({"cluster": cluster.name, "change": args.change, "by": args.by, "max_unavailable": cap,
+                            "nodes": len(hosts), "waves": [w.as_json() for w in waves]})
+                return 0
             print(f"{cluster.name}: {args.change} in {len(waves)} waves by {args.by}, at most {cap} of {len(hosts)} "
                   "nodes out at once (nodes drained by hand are left out when the rollout starts)")
             for w in waves:
@@ -67,10 +77,16 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.target}: {exc}") from None
     slurm = Slurm()
     path = state.state_path(folder)
+
+    def say(text: str) -> None:  # with --json, stdout holds the final state alone
+        print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
+
     if args.resume:
         s = state.load(path)
         if s.get("finished"):
-            print(f"rollout {s['id']} already finished; nothing to resume")
+            print(f"rollout {s['id']} already finished; nothing to resume", file=sys.stderr if args.json else None)
+            if args.json:
+                _print_status(s, path, True)
             return 0
         s["halted"] = None
     else:
@@ -88,29 +104,32 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         s = engine.new_state(rid, cluster=cluster.name, source=str(cluster.source), change=args.change, by=args.by,
                              max_unavailable=cap, waves=waves, skipped=skip, halt_share=args.halt_share / 100)
         state.save(path, s)
-        print(f"rollout {rid}: {args.change} on {len(hosts) - len(skip)} nodes in {len(waves)} waves by {args.by}, "
+        say(f"rollout {rid}: {args.change} on {len(hosts) - len(skip)} nodes in {len(waves)} waves by {args.by}, "
               f"at most {cap} out at once; {len(skip)} drained by hand left alone; state in {path}")
     apply_cmd = args.apply_command or (f"gpucluster configure {inventory} --limit {{nodes}}"
                                        if inventory and s["change"] == "drain" else None)
     run = engine.Rollout(slurm, path, s, apply=hooks.command_hook(apply_cmd, "--apply-command") if apply_cmd else None,
                          check=hooks.command_hook(args.check_command, "--check-command") if args.check_command
                          else None, poll=args.poll,
-                         say=lambda text: print(text, flush=True))
+                         say=say)
     try:
         run.run()
     except engine.Halted as exc:
         print(f"halted: {exc}; fix the nodes, then --resume (state in {path})", file=sys.stderr)
-        _print_status(run.state, path)
+        _print_status(run.state, path, args.json)
         return 1
     except SlurmError as exc:
         raise OperationError(f"{exc} (state kept in {path}: --resume continues)") from None
-    _print_status(run.state, path)
+    _print_status(run.state, path, args.json)
     return 0
 
 
-def _print_status(s: dict, path: Path) -> None:
+def _print_status(s: dict, path: Path, as_json: bool = False) -> None:
     from gpucluster.rollout.engine import summary
 
+    if as_json:
+        print_json({"state_file": str(path), **s})
+        return
     done = sum(1 for w in s["waves"] if w["status"] == "done")
     where = "finished" if s.get("finished") else f"halted: {s['halted']}" if s.get("halted") else "under way"
     print(f"rollout {s['id']} ({s['change']} by {s['by']}, at most {s['max_unavailable']} out): {where}; "
@@ -133,7 +152,8 @@ def _percent(text: str) -> float:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("rollout", help="apply a change in waves of whole leaves, scalable units or blocks, "
                                        "without killing a job (reboot, drain or reconfigure)",
-                       description=plain(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=plain(__doc__), epilog=EXAMPLES,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("target", metavar="INVENTORY|SPEC", help="the cluster's inventory folder, or its spec")
     p.add_argument("--change", choices=("reboot", "drain", "reconfigure"), default="reboot",
                    help="the change's class (from `gpucluster diff`): reboot (scontrol reboot ASAP), drain "
@@ -151,11 +171,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--check-command", metavar="CMD",
                    help="a node's checks before it goes back in service ({node} or {nodes}); a failure keeps the "
                         "node drained with a gpc: reason")
-    p.add_argument("--state-dir", help="the cluster's private state folder (default: the inventory's, else "
-                                       "~/.local/state/gpucluster/CLUSTER)")
+    p.add_argument("--state-dir", metavar="DIR", help="the cluster's private state folder (default: the inventory's, "
+                                                       "else ~/.local/state/gpucluster/CLUSTER)")
     p.add_argument("--poll", type=float, default=5.0, help=argparse.SUPPRESS)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="print the waves; change nothing")
     mode.add_argument("--resume", action="store_true", help="continue the last rollout from its state file")
     mode.add_argument("--status", action="store_true", help="show where the last rollout stands")
+    report_flags(p, "the rollout's state as JSON (with --dry-run: the waves); progress lines go to stderr")
     p.set_defaults(func=cmd_rollout)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from gpucluster.cli import print_json, report_flags
 from gpucluster.words import plural
 
 
@@ -13,6 +14,11 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     staged, path = stage_up(args.spec, state=args.state_dir, inventory=args.inventory, runtime=args.runtime,
                             ulimits=args.ulimit)
+    if args.json:
+        print_json({"network": staged.network, "inventory": str(path), "ssh_config": str(staged.ssh_config),
+                    "nodes": {name: {"host": host, "port": port}
+                              for name, (host, port) in sorted(staged.nodes.items())}})
+        return 0
     print(f"staged {plural(len(staged.nodes), 'node')} on podman network {staged.network}; inventory: {path}")
     for name, (host, port) in sorted(staged.nodes.items()):
         print(f"  {name:12s} ssh -F {staged.ssh_config} {name}   ({host}:{port})")
@@ -23,6 +29,9 @@ def cmd_down(args: argparse.Namespace) -> int:
     from gpucluster.stage.lifecycle import stage_down
 
     name = stage_down(args.spec, state=args.state_dir, inventory=args.inventory)
+    if args.json:
+        print_json({"removed": name})
+        return 0
     print(f"staged cluster {name} removed")
     return 0
 
@@ -31,11 +40,20 @@ def cmd_status(args: argparse.Namespace) -> int:
     from gpucluster.stage.lifecycle import stage_status
 
     name, rows = stage_status(args.spec, state=args.state_dir)
+    if args.json:
+        print_json({"cluster": name, "nodes": [{"name": r.name, "state": r.state, "systemd": r.systemd or None,
+                                                "port": r.port} for r in rows]})
+        return 0
     if not rows:
         print(f"{name}: not staged")
     for r in rows:
         print(f"  {r.name:12s} {r.state:10s} systemd={r.systemd or '-':10s} port={r.port}")
     return 0
+
+
+JSON_HELP = {"up": "the staged nodes as JSON: network, inventory, ssh_config, nodes (name: host, port)",
+             "down": "what was removed, as JSON: removed (the cluster's name)",
+             "status": "the staged nodes as JSON: cluster, nodes (name, state, systemd, port)"}
 
 
 def register(sub) -> None:
@@ -59,9 +77,11 @@ def register(sub) -> None:
                             epilog=f"example:\n  gpucluster stage {name} examples/staging.yaml",
                             formatter_class=argparse.RawDescriptionHelpFormatter)
         q.add_argument("spec", help="the cluster spec whose hosts are staged, e.g. examples/staging.yaml")
-        q.add_argument("--state-dir", help="keys and ports (default .state/stage/<cluster>)")
-        q.add_argument("--inventory", help="inventory folder (default inventories/<cluster>)")
+        q.add_argument("--state-dir", metavar="DIR", help="the staged cluster's private state folder: keys and "
+                       "ports (default .state/stage/<cluster>)")
+        q.add_argument("--inventory", metavar="DIR", help="inventory folder (default inventories/<cluster>)")
         if name == "up":
             q.add_argument("--runtime", help="OCI runtime for podman (default /usr/sbin/runc)")
             q.add_argument("--ulimit", action="append", help="container ulimit, e.g. nofile=1024:4096 (repeat)")
+        report_flags(q, JSON_HELP[name])
         q.set_defaults(func=func)
