@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
@@ -200,6 +201,7 @@ def _partitions(spec: ClusterSpec) -> Iterator[Finding]:
     compute = {g.name for g in spec.node_groups if g.role == "compute"}
     used: set[str] = set()
     defaults = 0
+    meant: set[str] = set()  # groups a misspelt partition entry stands for: one typo, one finding
     seen = Counter(p.name for p in spec.slurm.partitions)
     for i, p in enumerate(spec.slurm.partitions):
         at = ("slurm", "partitions", i)
@@ -211,14 +213,16 @@ def _partitions(spec: ClusterSpec) -> Iterator[Finding]:
                           "give the partition another name (mark it default: true instead)", "partition")
         for j, group in enumerate(p.groups):
             if group not in names:
+                hint = did_you_mean(group, names)
+                meant.update(difflib.get_close_matches(str(group)[:64], sorted(names), n=1, cutoff=0.6))
                 yield Finding(at + ("groups", j), f"'{group}' is not a node group",
-                              did_you_mean(group, names) or "name a declared node group", "partition")
+                              hint or "name a declared node group", "partition")
             elif group not in compute:
                 yield Finding(at + ("groups", j), f"'{group}' is a {names[group].role} group, Slurm runs no jobs there",
                               "list only compute groups in partitions", "partition")
             used.add(group)
     for i, g in enumerate(spec.node_groups):
-        if g.role == "compute" and g.name not in used:
+        if g.role == "compute" and g.name not in used and g.name not in meant:
             yield Finding(("node_groups", i, "name"), f"compute group '{g.name}' is in no partition",
                           "add it to a partition's groups", "partition")
     if defaults > 1:
