@@ -8,13 +8,16 @@ against the model: a line ends in `# default` exactly when the source did not se
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from conftest import EXAMPLES, example_path
 
 from gpucluster.cli import main
 from gpucluster.spec.expand import MARK
+from gpucluster.spec.fieldtable import field_table, updated
 from gpucluster.spec.loader import load_spec
+from gpucluster.spec.model import ClusterSpec
 
 
 def expand(capsys, path) -> str:
@@ -65,3 +68,23 @@ def test_a_bad_spec_is_refused_like_check(capsys, tmp_path):
     assert main(["expand", str(bad)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "node_groups[1].count" in err and err.rstrip().endswith("1 problem; nothing was written")
+
+
+# ---- docs/spec.md's table of fields, generated from the model ------------------------------------------
+
+SPEC_MD = Path(__file__).resolve().parent.parent / "docs" / "spec.md"
+
+
+def test_spec_md_field_table_is_the_models():
+    doc = SPEC_MD.read_text()
+    assert updated(doc) == doc, "docs/spec.md's field table differs from the model: run " \
+                                "python -m gpucluster.spec.fieldtable docs/spec.md and review the diff"
+
+
+def test_the_table_lists_every_required_field_and_default():
+    table = field_table()
+    assert "| `node_groups[].nodes_per_rack` | `1` |" in table  # the default issue 23 found undocumented
+    assert "| `node_groups[].count` | **required** |" in table
+    for name, info in ClusterSpec.model_fields.items():
+        if name != "catalog":
+            assert f"| `{name}` | {'**required**' if info.is_required() else ''}" in table, name

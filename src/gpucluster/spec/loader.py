@@ -144,6 +144,11 @@ _PATTERNS = {
 }
 
 
+def pattern_words(pattern: str) -> str:
+    """A pattern of the model as docs/spec.md's table and a finding's fix say it."""
+    return _PATTERNS.get(pattern) or f"matching `{pattern}`"
+
+
 def _what(value: object) -> str:
     """A value's kind as YAML shows it: what was found where something else belongs."""
     if value is None:
@@ -233,8 +238,7 @@ def _worded(kind: str, key: str, value: object, written: str, ctx: dict) -> tupl
             f"{_bound(ctx['lt'])}"
     if kind == "string_pattern_mismatch":
         pattern = str(ctx.get("pattern", ""))
-        words = _PATTERNS.get(pattern)
-        return f"'{shown(value)}' is not a valid {key}", f"write {words}" if words else f"match the pattern {pattern}"
+        return f"'{shown(value)}' is not a valid {key}", f"write {pattern_words(pattern)}"
     if kind == "literal_error":
         return f"{written} is not one of the choices for {key}", f"use one of {ctx.get('expected')}"
     if kind == "enum":
