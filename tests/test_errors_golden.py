@@ -86,3 +86,46 @@ def test_six_at_once_reports_each_mistake_once():
     """One finding per cause: the six mistakes give six findings, none of them twice."""
     text = (HERE / "six-at-once.txt").read_text()
     assert text.count("error: ") == 6 and text.rstrip().endswith("6 problems; nothing was written")
+
+
+# ---- no library wording, for every kind of schema error -------------------------------------------
+
+NOT_OURS = re.compile(r"Input should|should have|String should|Value error|valid dictionary|instance of|"
+                      r"Field required|Extra inputs|Dictionary should|Tuple should|List should|Unable to parse")
+KINDS = {  # (text in examples/staging.yaml, its replacement): one schema error kind each
+    "text too long": ("name: staging\n", f"name: {'a' * 41}\n"),
+    "list too long": ("    nodes_per_rack: 2\n", f"    nodes_per_rack: 2\n    features: [{', '.join(['f'] * 65)}]\n"),
+    "list empty": ("      groups: [gpu]\n", "      groups: []\n"),
+    "scalar for a section": ("    cpu: {sockets: 1, cores_per_socket: 1, threads_per_core: 1}\n"
+                             "    memory_gb: 1\n    gpu:", "    cpu: 7\n    memory_gb: 1\n    gpu:"),
+    "scalar for a list": ("    nodes_per_rack: 2\n", "    nodes_per_rack: 2\n    features: nvme\n"),
+    "list for a mapping": ("  accounting: true ", "  parameters: [a]\n  accounting: true "),
+    "list for text": ('    hostname: "gpu##"\n', "    hostname: [gpu]\n"),
+    "not a boolean": ("  accounting: true ", "  accounting: maybe "),
+    "not a choice": ("  type: roce\n", "  type: ethernet\n"),
+    "not a choice as a key": ("{leaf: staging-bridge,", "{leef: staging-bridge,"),
+    "pattern": ("name: staging\n", "name: Staging\n"),
+    "below the range": ("    count: 4\n", "    count: 0\n"),
+    "not above": ("    nvme_tb: 0.001\n", "    nvme_tb: 0\n"),
+    "above the range": ("    gpus_per_node: 4\n", "    gpus_per_node: 99\n"),
+    "not below": ("  interval: 30\n", "  interval: 30\n  min_free_pct: 100\n"),
+    "a huge number": ("    count: 4\n", "    count: 99999999999999999999999\n"),
+    "text for a number": ("    nvme_tb: 0.001\n", "    nvme_tb: fast\n"),
+    "list for a section or null": ("  flash:\n    name: flash\n", "  flash: [1]\n  flashx:\n    name: flash\n"),
+    "missing": ("    count: 4\n", ""),
+    "unknown key": ("  topology: tree\n", "  topolgy: tree\n"),
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_schema_errors_speak_gpuclusters_words(kind, tmp_path):
+    from conftest import example_text, findings_of, mutate
+
+    text, _ = mutate(example_text("staging"), *KINDS[kind])
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    findings = findings_of(path)
+    assert findings, kind
+    for f in findings:
+        assert f.message and f.fix and f.field and f.line, f.render()
+        assert not NOT_OURS.search(f.message + f.fix), f.render()
