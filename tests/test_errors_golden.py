@@ -37,6 +37,7 @@ CASES = {
     "six-at-once@plan": ["plan"],
     "six-at-once@render": ["render", "-o", "{out}"],
     "bad-slurm-version-flag": ["render", "-o", "{out}", "--slurm-version", "99.1"],
+    "slurm-version-flag-too-old": ["render", "-o", "{out}", "--slurm-version", "23.02"],
     "nic-on-storage": ["check", "--fail-on", "warning"],
 }
 LIBRARY_WORDS = re.compile(r"Input should|should have|String should|Value error|valid dictionary|instance of|"
