@@ -195,11 +195,9 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_expand(args: argparse.Namespace) -> int:
-    from gpucluster.spec.expand import expand_text
-    from gpucluster.spec.loader import load_spec
+    from gpucluster.spec.expand import expand_file
 
-    loaded = load_spec(args.spec)
-    sys.stdout.write(expand_text(loaded.spec))
+    sys.stdout.write(expand_file(args.spec))
     return 0
 
 

@@ -9,12 +9,21 @@ output is the model, in the model's field order.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel
 
 MARK = "  # default"
+
+
+def expand_file(path: str | Path) -> str:
+    """The expanded text of a spec file (`-`: standard input). Only the syntax layer judges it: a spec
+    whose meaning is wrong still has defaults to show. Raises SpecError like check."""
+    from gpucluster.spec.loader import load_spec
+
+    return expand_text(load_spec(path).spec)
 
 
 def expand_text(spec: BaseModel) -> str:
@@ -78,4 +87,4 @@ def _item(item: Any, default: bool, indent: int, lines: list[str]) -> None:
     lines[start] = f"{pad}- {lines[start][indent + 2:]}"
 
 
-__all__ = ["MARK", "expand_text", "scalar"]
+__all__ = ["MARK", "expand_file", "expand_text", "scalar"]
