@@ -159,3 +159,15 @@ def test_errors_are_never_suppressed():
     error = Finding(("a", "b"), "m", "f", "r", "error", "s.yaml", 1)
     kept, refused = suppressed([error, warning(("b",))], ["r", "a.b"])
     assert kept == [error] and refused == ["a.b", "r"]
+
+
+def test_check_json_ok_follows_fail_on(capsys, tmp_path):
+    import json
+
+    spec = two_warnings(tmp_path)
+    rc, out, _err = run(capsys, "check", spec, "--json")
+    assert rc == 0 and json.loads(out)["ok"] is True and json.loads(out)["warnings"] == 2
+    rc, out, _err = run(capsys, "check", spec, "--json", "--fail-on", "warning")
+    doc = json.loads(out)
+    assert rc == 2 and doc["ok"] is False and [f["line"] for f in doc["findings"]] == sorted(
+        f["line"] for f in doc["findings"])
