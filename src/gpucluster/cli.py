@@ -15,10 +15,20 @@ from pathlib import Path
 from types import ModuleType
 
 from gpucluster import __version__
-from gpucluster.errors import OperationError, SpecError, UsageError, findings_report, suppressed
+from gpucluster.errors import (
+    Finding,
+    OperationError,
+    SpecError,
+    UsageError,
+    failing,
+    findings_report,
+    in_order,
+    summary,
+    suppressed,
+)
 from gpucluster.words import plain
 
-BUILTIN = ("check", "plan", "render")
+BUILTIN = ("check", "plan", "render", "expand")
 # Subcommands that live with their concern, in --help order: each module parses its arguments and prints,
 # and imports its package's library code only when the command runs. The parser imports only the module of
 # the command given (none for check, plan, render; all of them for --help), through subcommand_module.
@@ -113,11 +123,34 @@ def deprecated_alias(p: argparse.ArgumentParser, old: str, new: str) -> None:
 
 
 def _suppress(findings: list, args: argparse.Namespace) -> list:
-    """--suppress RULE drops warnings of that rule; an error is never dropped (and we say so)."""
+    """--suppress RULE|FIELD drops the warnings it matches; an error is never dropped (and we say so)."""
     kept, refused = suppressed(findings, args.suppress or ())
-    for rule in refused:
-        print(f"note: --suppress {rule} does not apply to errors", file=sys.stderr)
+    for name in refused:
+        print(f"note: --suppress {name} does not apply to errors", file=sys.stderr)
+    return in_order(kept)
+
+
+def _gate(findings: list[Finding], args: argparse.Namespace) -> list[Finding]:
+    """The one way check, plan and render judge findings: suppressed, in reading order, and refused as a
+    whole (SpecError: every finding, then the summary line) when one fails at the --fail-on level."""
+    kept = _suppress(findings, args)
+    if failing(kept, args.fail_on):
+        raise SpecError(kept, fail_on=args.fail_on)
     return kept
+
+
+def _flag_blamed(findings: list[Finding], flag: str, field: tuple) -> list[Finding]:
+    """A value given by a flag replaces a field of the spec: what is wrong with it is the flag's, not the
+    line of the file that the flag overrode (`--slurm-version 99.1` is not slurm.version's "22.05")."""
+    out = []
+    for f in findings:
+        said = f"{'.'.join(field)} is"
+        msg, fix = f.message.replace(said, f"{flag} is"), f.fix.replace(f"set {'.'.join(field)}", f"set {flag}")
+        if f.path == field:
+            out.append(Finding((flag,), msg, fix, f.rule, f.level))
+        else:
+            out.append(Finding(f.path, msg, fix, f.rule, f.level, f.file, f.line, f.column))
+    return out
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -127,25 +160,22 @@ def cmd_check(args: argparse.Namespace) -> int:
     try:
         loaded, findings = check_file(args.spec)
     except SpecError as exc:
-        if not args.json:
-            raise
-        _print_json(findings_report(exc.findings, args.spec))
-        return 2
+        loaded, findings = None, exc.findings
     findings = _suppress(findings, args)
-    failed = any(f.level == "error" for f in findings)
-    spec = loaded.spec
-    nodes = sum(g.count for g in spec.node_groups)
+    failed = bool(failing(findings, args.fail_on))
     if args.json:
-        extra = {} if failed else {"node_groups": len(spec.node_groups), "nodes": nodes}
-        _print_json(findings_report(findings, args.spec, **extra))
+        extra = {}
+        if loaded is not None and not failed:
+            spec = loaded.spec
+            extra = {"node_groups": len(spec.node_groups), "nodes": sum(g.count for g in spec.node_groups)}
+        _print_json(findings_report(findings, args.spec, args.fail_on, **extra))
         return 2 if failed else 0
+    if failed or loaded is None:
+        raise SpecError(findings, fail_on=args.fail_on)
+    spec = loaded.spec
     rich = False if args.no_color else None
-    err = Screen(sys.stderr, rich=rich)
-    if failed:
-        for f in findings:
-            err.finding(f)
-        raise SpecError([])  # already printed
-    print_check(Screen(rich=rich), err, args.spec, len(spec.node_groups), nodes, findings)
+    print_check(Screen(rich=rich), Screen(sys.stderr, rich=rich), args.spec, len(spec.node_groups),
+                sum(g.count for g in spec.node_groups), findings)
     return 0
 
 
@@ -157,10 +187,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise UsageError("--pod chooses what the diagram expands: give --svg FILE or --html FILE with it")
     try:
         cluster = load_cluster(args.spec)
+        warnings = _gate(list(cluster.warnings), args)
     except SpecError as exc:
         if not args.json:
             raise
-        _print_json(findings_report(exc.findings, args.spec))
+        _print_json(findings_report(exc.findings, args.spec, args.fail_on))
         return 2
     if args.svg or args.html:
         from gpucluster.report.files import write_report
@@ -175,8 +206,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return 0
     from gpucluster.report.terminal import Screen, print_plan
 
-    print_plan(Screen(rich=False if args.no_color else None), cluster.plan, summary,
-               _suppress(cluster.warnings, args))
+    print_plan(Screen(rich=False if args.no_color else None), cluster.plan, summary, warnings)
     return 0
 
 
@@ -188,7 +218,21 @@ def cmd_render(args: argparse.Namespace) -> int:
     from gpucluster.report.terminal import Screen, print_render
 
     t0 = time.perf_counter()
-    cluster = load_cluster(args.spec, slurm_version=args.slurm_version)
+    field = ("slurm", "version")
+    try:
+        cluster = load_cluster(args.spec, slurm_version=args.slurm_version)
+    except SpecError as exc:
+        if args.slurm_version is None:
+            raise
+        raise SpecError(_flag_blamed(exc.findings, "--slurm-version", field)) from None
+    warnings = list(cluster.warnings)
+    if args.slurm_version is not None:
+        warnings = _flag_blamed(warnings, "--slurm-version", field)
+    warnings = _gate(warnings, args)  # before any file is written: --fail-on warning writes nothing
+    rich = False if args.no_color else None
+    err = Screen(sys.stderr, rich=rich)
+    for f in warnings:
+        err.finding(f)
     files = render_all(cluster, cabling=not args.no_cabling)
     with progress("cabling.csv", cabling_chunks(cluster.plan), unit="units and spines") as advance:
         rows = files.get("cabling.csv")
@@ -203,21 +247,35 @@ def cmd_render(args: argparse.Namespace) -> int:
         print_json({"output": args.output, "cluster": cluster.name, "slurm_version": cluster.spec.slurm.version,
                     "files": sizes, "seconds": round(time.perf_counter() - t0, 3)})
         return 0
-    print_render(Screen(rich=False if args.no_color else None), args.output,
+    print_render(Screen(rich=rich), args.output,
                  f"{cluster.name} (Slurm {cluster.spec.slurm.version})", sizes,
                  time.perf_counter() - t0)
     return 0
 
 
+def cmd_expand(args: argparse.Namespace) -> int:
+    from gpucluster.spec.expand import expand_file, expand_json
+
+    if args.json:
+        _print_json(expand_json(args.spec))
+        return 0
+    sys.stdout.write(expand_file(args.spec))
+    return 0
+
+
 def _rule_name(text: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a rule name (the word in [brackets] after a finding)")
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}|[A-Za-z0-9_.*\[\]-]{1,200}", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a rule name (the word in [brackets] after a finding) "
+                                         "nor a field path (node_groups[2].nic)")
     return text
 
 
 def _suppress_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--suppress", action="append", metavar="RULE", type=_rule_name,
-                   help="hide warnings of this rule (repeatable); errors are never suppressed")
+    p.add_argument("--suppress", action="append", metavar="RULE|FIELD", type=_rule_name,
+                   help="hide warnings of this rule (the word in [brackets]) or at this field path and beneath it "
+                        "(node_groups[2].nic, node_groups[*]); repeatable; errors are never suppressed")
+    p.add_argument("--fail-on", choices=("error", "warning"), default="error",
+                   help="the least severe finding that fails the run with exit 2 (default: error; CI: warning)")
 
 
 # What render writes, family by family, each with the pattern of its files' names. render's one-liner is made
@@ -289,9 +347,21 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                         "files an earlier render wrote and this one does not are removed, yours are kept")
     p.add_argument("--no-cabling", action="store_true", help="skip the per-port cabling map")
     report_flags(p, "what was written as JSON: output, cluster, slurm_version, files (name: bytes), seconds")
+    _suppress_arg(p)
     p.add_argument("--slurm-version", metavar="V", help="render for this Slurm release instead of the spec's "
                                                          "slurm.version (22.05 .. 26.05), e.g. to diff an upgrade")
     p.set_defaults(func=cmd_render)
+    p = sub.add_parser("expand", help="print the spec with every default filled in and marked '# default'",
+                       description="Print the spec as YAML with every field the model knows: the values you wrote, "
+                                   "and every default, each marked with a trailing '# default'. The output is a "
+                                   "spec that check accepts as it is.",
+                       epilog="examples:\n"
+                              "  gpucluster expand examples/staging.yaml\n"
+                              "  gpucluster expand examples/staging.yaml | grep -v '# default$'",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("spec", help=f"{spec_help}, e.g. examples/staging.yaml")
+    report_flags(p, "every value, and the field paths that took their default")
+    p.set_defaults(func=cmd_expand)
     if command not in BUILTIN:
         wanted = (command,) if command in COMMANDS else COMMANDS  # --help, --version, a typo: every command
         for module in dict.fromkeys(subcommand_module(name) for name in wanted):
@@ -312,6 +382,20 @@ def closed_pipe() -> int:
     return 128 + signal.SIGPIPE
 
 
+def _print_refused(exc: SpecError, args: argparse.Namespace) -> None:
+    """Every command that reads a spec or a flag ends a refused run alike: each finding as
+    `level: file:line: field: message; fix [rule]`, in reading order, then the summary line."""
+    findings = in_order(exc.findings)
+    if not findings:
+        return
+    from gpucluster.report.terminal import Screen
+
+    err = Screen(sys.stderr, rich=False if getattr(args, "no_color", False) else None)
+    for f in findings:
+        err.finding(f)
+    err.line(summary(findings, exc.fail_on))
+
+
 def main(argv: list[str] | None = None) -> int:
     # The CLI loads no pydantic plugins: their discovery scans every installed distribution's entry
     # points (~40 ms per command). Set only for this process, never by `import gpucluster`.
@@ -328,11 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return closed_pipe()
     except SpecError as exc:
-        for f in exc.findings:
-            print(f"error: {f.render()}", file=sys.stderr)
-        if exc.findings:
-            n = len(exc.findings)
-            print(f"{n} problem{'' if n == 1 else 's'}; nothing was written", file=sys.stderr)
+        _print_refused(exc, args)
         return 2
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)

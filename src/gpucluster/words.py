@@ -79,7 +79,9 @@ FLAGS: dict[str, Flag] = {
     "--workdir": _f("text", "DIR", "keep the run's working files in DIR"),
     "--keep": _f("switch", "", "keep the run's private folder afterwards"),
     # spec checking and rendering
-    "--suppress": _f("text", "RULE", "hide the warnings of this rule (repeatable); errors are never hidden"),
+    "--suppress": _f("text", "RULE|FIELD", "hide the warnings of this rule or at this field path (repeatable); "
+                     "errors are never hidden"),
+    "--fail-on": _f("choice", "", "the least severe finding that fails the run with exit 2: error or warning"),
     "--pod": _f("int", "N", "in the diagram, draw pod N unit by unit"),
     "--no-cabling": _f("switch", "", "skip the per-port cabling map"),
     "--slurm-version": _f("text", "V", "render for this Slurm release instead of the spec's slurm.version"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
@@ -11,6 +12,7 @@ from gpucluster import slurmkeys
 from gpucluster.errors import Finding, did_you_mean, shown
 from gpucluster.fields import HOST_LABEL, MAX_ALL_NODES, SLURM_MAX_CPUS, SLURM_MAX_NODES
 from gpucluster.spec import stacks
+from gpucluster.spec.effects import no_effect
 from gpucluster.spec.model import ClusterSpec, NodeGroup
 from gpucluster.spec.slurm_topology import tree_rules
 from gpucluster.spec.slurm_versions import changes_for
@@ -66,6 +68,7 @@ def rule_units(spec: ClusterSpec) -> list[Unit]:
                                                 tree_rules, _parameters, _fabric, _nvlink, _imex,
                                                 _host_arch)]
     units.append(partial(stacks.check, spec))  # the drivers: and health: sections (issue 14)
+    units.append(partial(no_effect, spec))  # settings that change nothing where they are written (issue 23)
     return units + _storage_units(spec)
 
 
@@ -200,6 +203,7 @@ def _partitions(spec: ClusterSpec) -> Iterator[Finding]:
     compute = {g.name for g in spec.node_groups if g.role == "compute"}
     used: set[str] = set()
     defaults = 0
+    meant: set[str] = set()  # groups a misspelt partition entry stands for: one typo, one finding
     seen = Counter(p.name for p in spec.slurm.partitions)
     for i, p in enumerate(spec.slurm.partitions):
         at = ("slurm", "partitions", i)
@@ -211,14 +215,16 @@ def _partitions(spec: ClusterSpec) -> Iterator[Finding]:
                           "give the partition another name (mark it default: true instead)", "partition")
         for j, group in enumerate(p.groups):
             if group not in names:
+                hint = did_you_mean(group, names)
+                meant.update(difflib.get_close_matches(str(group)[:64], sorted(names), n=1, cutoff=0.6))
                 yield Finding(at + ("groups", j), f"'{group}' is not a node group",
-                              did_you_mean(group, names) or "name a declared node group", "partition")
+                              hint or "name a declared node group", "partition")
             elif group not in compute:
                 yield Finding(at + ("groups", j), f"'{group}' is a {names[group].role} group, Slurm runs no jobs there",
                               "list only compute groups in partitions", "partition")
             used.add(group)
     for i, g in enumerate(spec.node_groups):
-        if g.role == "compute" and g.name not in used:
+        if g.role == "compute" and g.name not in used and g.name not in meant:
             yield Finding(("node_groups", i, "name"), f"compute group '{g.name}' is in no partition",
                           "add it to a partition's groups", "partition")
     if defaults > 1:

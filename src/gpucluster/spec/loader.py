@@ -9,6 +9,7 @@ refuses fields, the meaning checks still run on the rest (`partial`), so one run
 from __future__ import annotations
 
 import datetime
+import difflib
 import re
 import types
 import typing
@@ -59,7 +60,8 @@ def _validate(doc: Document, source: Path) -> LoadedSpec:
             return LoadedSpec(spec=spec, source=source, lines=doc.lines, columns=doc.columns)
         errors = []
     taken = [p for p in doc.tainted]
-    syntax = [_finding(err, doc, name) for err in errors if not _under(tuple(err["loc"]), taken)]
+    errors, renamed = _misspelt(errors)
+    syntax = [_finding(err, doc, name, renamed) for err in errors if not _under(tuple(err["loc"]), taken)]
     refused = [tuple(err["loc"]) for err in errors] + taken
     meaning = [f for f in meaning_findings(partial_spec(doc.data, refused)) if f.level == "error"]
     located = [Finding(f.path, f.message, f.fix, f.rule, f.level, name, *_where(doc, f.path)) for f in meaning]
@@ -85,7 +87,7 @@ def _where(doc: Document, loc: tuple) -> tuple[int | None, int | None]:
     return doc.lines.get(loc), doc.columns.get(loc)
 
 
-def _finding(err: dict, doc: Document, name: str) -> Finding:
+def _finding(err: dict, doc: Document, name: str, renamed: dict[tuple, str] | None = None) -> Finding:
     loc = tuple(err["loc"])
     kind = err["type"]
     line, column = _where(doc, loc)
@@ -93,28 +95,86 @@ def _finding(err: dict, doc: Document, name: str) -> Finding:
         allowed = _allowed_keys(loc[:-1])
         hint = did_you_mean(str(loc[-1]), allowed)
         fix = hint or (f"allowed keys here: {', '.join(sorted(allowed))}" if allowed else "remove it")
-        return Finding(loc, f"unknown key '{shown(loc[-1])}'", fix, "unknown-key", file=name, line=line,
-                       column=column)
+        msg = f"unknown key '{shown(loc[-1])}'"
+        if renamed and loc in renamed:  # one cause, one finding: the required key it stands for is not reported
+            msg += f", and the required key '{renamed[loc]}' is missing"
+            fix = f"{hint} rename it"
+        return Finding(loc, msg, fix, "unknown-key", file=name, line=line, column=column)
     if kind == "missing":
         return Finding(loc, "required key is missing", f"add '{loc[-1]}'", "required", file=name, line=line,
                        column=column)
-    rule, msg, fix = _explain(kind, err, doc.texts.get(loc))
+    rule, msg, fix = _explain(kind, err, doc.texts.get(loc), loc)
     if loc and loc[-1] == "[key]":  # pydantic's marker for a mapping key that failed
         loc, msg = loc[:-1], f"the key {shown(loc[-2])}: {msg}"
     return Finding(loc, msg, fix, rule, file=name, line=line, column=column)
 
 
+def _misspelt(errors: list[dict]) -> tuple[list[dict], dict[tuple, str]]:
+    """A required key written with a typo is one mistake, not two: drop its "required key is missing" and
+    say in the unknown key's finding that it stands for the required one. Returns the errors kept and
+    {unknown key's loc: the required key it is close to}."""
+    missing = {tuple(e["loc"]) for e in errors if e["type"] == "missing"}
+    renamed: dict[tuple, str] = {}
+    for e in errors:
+        loc = tuple(e["loc"])
+        if e["type"] != "extra_forbidden":
+            continue
+        siblings = [m[-1] for m in missing if m[:-1] == loc[:-1] and isinstance(m[-1], str)]
+        close = difflib.get_close_matches(str(loc[-1])[:64], siblings, n=1, cutoff=0.6)
+        if close:
+            renamed[loc] = close[0]
+            missing.discard(loc[:-1] + (close[0],))
+    kept = [e for e in errors if e["type"] != "missing" or tuple(e["loc"]) in missing]
+    return kept, renamed
+
+
 _NON_DECIMAL = re.compile(r"^[-+]?(0[0-9_]+|0[xXoObB][0-9a-fA-F_]+)$")
 _NUMBER = ("int_type", "float_type", "int_parsing", "float_parsing", "int_from_float", "finite_number")
 _TEXT = ("string_type", "literal_error", "string_pattern_mismatch", "enum")
+# The spec's patterns in words: a message says what to write, never a regular expression alone
+_PATTERNS = {
+    r"^[a-z][a-z0-9-]*$": "lower-case letters, digits and '-', starting with a letter",
+    r"^[a-z][a-z0-9_-]*$": "lower-case letters, digits, '_' and '-', starting with a letter",
+    r"^[a-z][a-z0-9-]*#+[a-z0-9-]*$": "lower-case letters, digits and '-' around one run of '#' (the index), "
+                                      "e.g. gpu####",
+    r"^[A-Za-z0-9_.:-]+$": "one word of letters, digits, '_', '.', ':' and '-'",
+    r"^[A-Za-z0-9][A-Za-z0-9._-]*$": "a catalog key: letters, digits, '.', '_' and '-', not starting with a sign",
+    r"^/[A-Za-z0-9._/-]*$": "an absolute path of letters, digits, '.', '_', '-' and '/'",
+    r"^/[A-Za-z0-9._/-]+$": "an absolute path of letters, digits, '.', '_', '-' and '/'",
+}
 
 
-def _explain(kind: str, err: dict, raw: str | None) -> tuple[str, str, str]:
-    """(rule, message, fix) of one schema error. The YAML traps are named: a boolean where a number or
-    text belongs, a number where text belongs, text (or an octal) where a number belongs, .inf/.nan."""
+def pattern_words(pattern: str) -> str:
+    """A pattern of the model as docs/spec.md's table and a finding's fix say it."""
+    return _PATTERNS.get(pattern) or f"matching `{pattern}`"
+
+
+def _what(value: object) -> str:
+    """A value's kind as YAML shows it: what was found where something else belongs."""
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, dict):
+        return "a mapping of keys"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return "a value of another kind"
+
+
+def _explain(kind: str, err: dict, raw: str | None, loc: tuple = ()) -> tuple[str, str, str]:
+    """(rule, message, fix) of one schema error, in gpucluster's words (never the schema library's): the
+    rule is the error's kind, the message says what is wrong with the value, the fix what to write.
+    The YAML traps are named: a boolean where a number or text belongs, a number where text belongs,
+    text (or an octal) where a number belongs, .inf/.nan."""
     value = err.get("input")
     ctx = err.get("ctx") or {}
     written = raw if raw is not None else shown(value)
+    key = next((str(p) for p in reversed(loc) if isinstance(p, str) and p != "[key]"), "the value")
     if isinstance(value, bool) and kind in _NUMBER + _TEXT:
         if kind in _NUMBER:
             return ("yaml-bool", f"{written} is a YAML boolean, not a number",
@@ -131,14 +191,15 @@ def _explain(kind: str, err: dict, raw: str | None) -> tuple[str, str, str]:
         if isinstance(value, str):
             return ("int_parsing", f"'{shown(value)}' is text, not a whole number",
                     "change the value's type: write a whole number, without quotes or units")
-        return "int_type", f"{shown(value)} is not a whole number", "change the value's type: write a whole number"
+        return ("int_type", f"{key} takes a whole number, not {_what(value)}",
+                "change the value's type: write a whole number")
     if kind in ("float_type", "float_parsing"):
         if isinstance(value, str):
             return ("float_parsing", f"'{shown(value)}' is text, not a number",
                     "change the value's type: write a number, without quotes or units")
         if isinstance(value, int):
             return "float_type", "the number is too large", "change the value into the documented range"
-        return "float_type", f"{shown(value)} is not a number", "change the value's type: write a number"
+        return "float_type", f"{key} takes a number, not {_what(value)}", "change the value's type: write a number"
     if kind == "finite_number":
         return kind, f"{written} is not a finite number", "write a finite number (no .inf or .nan)"
     if kind == "bool_type":
@@ -146,38 +207,63 @@ def _explain(kind: str, err: dict, raw: str | None) -> tuple[str, str, str]:
     if kind == "string_type" and isinstance(value, (int, float, datetime.date)):
         what = "date" if isinstance(value, datetime.date) else "number"
         return kind, f"{written} is read by YAML as a {what}, not text", f"quote it ('{written}')"
+    if kind == "string_type":
+        return kind, f"{key} takes text, not {_what(value)}", "change the value's type: write one line of text"
     if kind.startswith("value_error"):
         # the model's validators write "problem; fix"
         msg, _, fix = err["msg"].removeprefix("Value error, ").partition("; ")
         return kind, msg, fix or "change the value"
     if "fix" in ctx:  # gpucluster's own errors (PydanticCustomError) carry their fix
         return kind, err["msg"], str(ctx["fix"])
-    return kind, err["msg"], _fix(kind, err)
+    return (kind, *_worded(kind, key, value, written, ctx))
 
 
-def _fix(kind: str, err: dict) -> str:
-    ctx = err.get("ctx") or {}
+def _bound(x: object) -> str:
+    return f"{x:,}" if isinstance(x, int) and not isinstance(x, bool) else str(x)
+
+
+def _worded(kind: str, key: str, value: object, written: str, ctx: dict) -> tuple[str, str]:
+    """(message, fix) of the schema's other kinds: ranges, lengths, patterns, choices, shapes."""
+    if kind == "greater_than_equal":
+        return f"{written} is below {_bound(ctx['ge'])}, the least {key} takes", \
+            f"change the value into that range: {_bound(ctx['ge'])} or more"
+    if kind == "greater_than":
+        return f"{written} is not above {_bound(ctx['gt'])}", f"change the value into that range: more than " \
+            f"{_bound(ctx['gt'])}"
+    if kind == "less_than_equal":
+        return f"{written} is above {_bound(ctx['le'])}, the most {key} takes", \
+            f"change the value into that range: {_bound(ctx['le'])} or less"
+    if kind == "less_than":
+        return f"{written} is not below {_bound(ctx['lt'])}", f"change the value into that range: less than " \
+            f"{_bound(ctx['lt'])}"
     if kind == "string_pattern_mismatch":
-        return f"match the pattern {ctx.get('pattern')}"
-    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
-        return "change the value into that range"
-    if kind.endswith("_type") or kind.endswith("_parsing"):
-        return "change the value's type"
+        pattern = str(ctx.get("pattern", ""))
+        return f"'{shown(value)}' is not a valid {key}", f"write {pattern_words(pattern)}"
     if kind == "literal_error":
-        return f"use one of {ctx.get('expected')}"
-    if kind == "too_short":
-        return "add at least one entry"
-    if kind in ("string_too_long", "too_long"):
-        return "shorten it"
+        return f"{written} is not one of the choices for {key}", f"use one of {ctx.get('expected')}"
+    if kind == "enum":
+        return f"{written} is not one of the choices for {key}", f"use one of {ctx.get('expected')}"
+    if kind == "string_too_long":
+        n = len(value) if isinstance(value, str) else "?"
+        return f"{key} is {n} characters long, more than the {ctx.get('max_length')} it takes", "shorten it"
     if kind == "string_too_short":
-        return "give it a value"
+        return f"{key} is empty", "give it a value"
+    if kind == "too_long":
+        return (f"{key} has {ctx.get('actual_length')} entries, more than the {ctx.get('max_length')} it takes",
+                "remove entries, or split the cluster into several specs")
+    if kind == "too_short":
+        return f"{key} is empty", "add at least one entry"
+    if kind in ("model_type", "dict_type", "model_attributes_type"):
+        return f"{key} is a section of keys, not {_what(value)}", "write it as 'key: value' lines indented under it"
+    if kind in ("tuple_type", "list_type", "set_type"):
+        return f"{key} is a list, not {_what(value)}", "write it as a list: [a, b] or one '- item' per line"
     if kind == "int_parsing_size":
-        return "use a smaller number"
+        return f"{written} is far too large a number", "use a smaller number"
     if kind == "int_from_float":
-        return "use a whole number"
+        return f"{written} is not a whole number", "use a whole number"
     if kind == "invalid_key":
-        return "write the key as text"
-    return "change the value (docs/spec.md describes each field)"  # every finding carries a fix
+        return "a key is not text", "write the key as text"
+    return f"{key} does not take {written}", "change the value (docs/spec.md describes each field)"
 
 
 def _allowed_keys(loc: tuple) -> set[str]:

@@ -78,7 +78,9 @@ class NodeGroup(Strict):
     nics_per_node: Int = Field(default=0, ge=0, le=16)
     hcas: tuple[Word, ...] | None = Field(default=None, max_length=16,
                                           description="HCA names per rail; default <prefix>0..N-1")
-    nodes_per_rack: Int = Field(default=1, ge=1, le=256)
+    nodes_per_rack: Int = Field(default=1, ge=1, le=256,
+                                description="servers one rack holds: the plan counts racks with it (a group of 32 "
+                                            "or more left at 1 warns: rack-default)")
     features: tuple[Word, ...] = Field(default=(), max_length=64)
 
     @cached_property

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gpucluster.errors import Finding, did_you_mean
+from gpucluster.errors import Finding, did_you_mean, shown
 from gpucluster.spec.model import ClusterSpec
 from gpucluster.spec.slurm_versions import RELEASES, Change, changes_for, feature, is_release, version_tuple
 
@@ -22,7 +22,7 @@ HEALTH_CHECK_FEATURES = ("hc-nondrained-idle", "hc-start-only", "hc-reboot-only"
 def version_rules(spec: ClusterSpec) -> Iterator[Finding]:
     version = spec.slurm.version
     if not is_release(version):
-        yield Finding(("slurm", "version"), f"Slurm {version} is not a release gpucluster renders for",
+        yield Finding(("slurm", "version"), f"Slurm {shown(version, 20)} is not a release gpucluster renders for",
                       f"use one of {', '.join(RELEASES)}", RULE)
         return
     yield from _rendered(spec, version)

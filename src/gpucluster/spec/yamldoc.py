@@ -75,27 +75,29 @@ class _Frame:
 def parse_document(text: str, name: str, raw: bytes | None = None) -> Document:
     """Compose `text` (the decoded `raw`, whose byte offsets libyaml reports) into a Document."""
     doc = Document()
+    composer = _Composer(doc, name)
     try:
-        _Composer(doc, name).run(text)
+        composer.run(text)
     except _Stop as stop:
         doc.findings.append(stop.finding)
         doc.fatal = True
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or str(exc).splitlines()[0]
-        doc.findings.append(Finding((), f"not valid YAML: {problem}", "fix the YAML syntax at that line", "yaml",
+        doc.findings.append(Finding(composer.writing(), f"not valid YAML: {problem}",
+                                    "fix the YAML syntax at that line", "yaml",
                                     file=name, line=mark.line + 1 if mark else None,
                                     column=mark.column + 1 if mark else None))
         doc.fatal = True
     except yaml.reader.ReaderError as exc:
         line, column = _position(text, raw, exc.position)
         char = _char_at(text, line, column)
-        doc.findings.append(Finding((), f"a control character ({char}) at line {line}, column {column}",
+        doc.findings.append(Finding(composer.writing(), f"a control character ({char}) at line {line}, column {column}",
                                     "remove it (YAML text holds printable characters, tabs and newlines)", "yaml",
                                     file=name, line=line, column=column))
         doc.fatal = True
     except yaml.YAMLError as exc:
-        doc.findings.append(Finding((), f"not valid YAML: {shown(str(exc).splitlines()[0], 120)}",
+        doc.findings.append(Finding(composer.writing(), f"not valid YAML: {shown(str(exc).splitlines()[0], 120)}",
                                     "fix the YAML syntax", "yaml", file=name))
         doc.fatal = True
     if not doc.fatal and doc.data is None:
@@ -138,13 +140,23 @@ class _Composer:
         self.skipping = 0  # depth inside a refused key's subtree
 
     # ---- findings -----------------------------------------------------------------------------
+    def writing(self) -> tuple:
+        """The field the parser was inside when the syntax failed: the key whose value was open, or else
+        the last key read before the error (a finding names a field, never just "the document")."""
+        for frame in reversed(self.stack):
+            if isinstance(frame.value, dict) and frame.key not in (_NOKEY, _SKIP):
+                return frame.path + (frame.key,)
+            if frame.path:
+                return frame.path
+        return self.order[-1] if self.order else ()
+
     def _find(self, path: tuple, message: str, fix: str, mark: yaml.Mark) -> None:
         self.doc.findings.append(Finding(path, message, fix, "yaml", file=self.name, line=mark.line + 1,
                                          column=mark.column + 1))
         self.doc.tainted.append(path)
 
     def _stop(self, message: str, fix: str, mark: yaml.Mark | None = None) -> _Stop:
-        return _Stop(Finding((), message, fix, "yaml", file=self.name, line=mark.line + 1 if mark else None,
+        return _Stop(Finding(self.writing(), message, fix, "yaml", file=self.name, line=mark.line + 1 if mark else None,
                              column=mark.column + 1 if mark else None))
 
     def _place(self, path: tuple, mark: yaml.Mark) -> None:
