@@ -105,3 +105,26 @@ def test_segments_each_land_inside_one_domain(emulated) -> None:
     assert {name: len(got & nodes) for name, nodes in domains.items()} == {"nvl0001": 9, "nvl0002": 9}, (
         f"segments of 9 got {hostlist.collect_hostlist(sorted(got))}")
     sc.cancel_all()
+
+
+def test_a_domain_that_lost_a_tray_gets_no_whole_domain_job(emulated) -> None:
+    """docs/health.md: the failing tray drains, its 17 healthy neighbours do not. Slurm's block plugin then
+    keeps whole-domain jobs out of the short domain by itself: the first 18-node job takes nvl0002, the second
+    waits rather than run on the 17 trays left of nvl0001 plus one elsewhere."""
+    cluster, sc = emulated
+    domains = _domains(cluster)
+    sc.cancel_all()
+    lost = sorted(domains["nvl0001"])[5]
+    sc.scontrol("update", f"NodeName={lost}", "State=DRAIN", "Reason=gpc:nvlink-fabric: test")
+    try:
+        first = _sbatch(sc, "-N18", "--exclusive")
+        assert _nodes_when_running(sc, first) == domains["nvl0002"]
+        second = _sbatch(sc, "-N18", "--exclusive")
+        time.sleep(3)
+        from gpucluster import slurmtext
+
+        rec = slurmtext.record(sc.scontrol("show", "job", "-o", second).strip())
+        assert rec["JobState"] == "PENDING", f"ran on {rec.get('NodeList')} with {lost} drained"
+    finally:
+        sc.cancel_all()
+        sc.scontrol("update", f"NodeName={lost}", "State=RESUME")
