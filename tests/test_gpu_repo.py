@@ -13,7 +13,10 @@ dpkg-deb whose names, versions and dependencies copy the structure of NVIDIA's D
 - Fabric Manager and NSCQ under the repository's names (nvidia-fabricmanager-570 and libnvidia-nscq-570 before
   580, providing the plain names; plain names from 580), locked to the driver by an exact dependency on its
   nvidia-kernel-support (NVIDIA's own packages state that lock in cuda-drivers-fabricmanager-<branch>, (= V));
-- DCGM at the lock's version, and Debian's own packages the driver needs (dkms, nvidia-support, X server).
+- DCGM at the lock's version, and Debian's own packages the driver needs (dkms, nvidia-support, X server);
+- the IMEX daemon of GB200/GB300 trays under the same naming as Fabric Manager (nvidia-imex-570 before 580,
+  providing nvidia-imex; plain from 580), built with the driver and so given the same exact-version lock on its
+  nvidia-kernel-support (a stand-in assumption: IMEX refuses a driver of another version at start, IMEX guide).
 
 apt-get runs with a private configuration (sources, state, cache and preferences in tmp_path; a trusted file:
 source; no root state read or touched) through the role's OWN pins: the part pins the role writes
@@ -91,6 +94,7 @@ def _driver_set(v: str) -> dict[str, str]:
         "nvidia-persistenced": "",
         f"nvidia-fabricmanager{suffix}": f"nvidia-kernel-support (= {v})",
         f"libnvidia-nscq{suffix}": f"nvidia-kernel-support (= {v})",
+        f"nvidia-imex{suffix}": f"nvidia-kernel-support (= {v})",
     }
 
 
@@ -100,7 +104,7 @@ def _stanzas(stack: dict) -> list[dict[str, str]]:
         branch = v.split(".")[0]
         for name, depends in _driver_set(v).items():
             extra = {}
-            if name.startswith(("nvidia-fabricmanager-", "libnvidia-nscq-")):
+            if name.startswith(("nvidia-fabricmanager-", "libnvidia-nscq-", "nvidia-imex-")):
                 plain = name.rsplit("-", 1)[0]
                 extra = {"Provides": plain, "Conflicts": plain, "Replaces": plain}
             out.append({"Package": name, "Version": v, "Depends": depends, **extra})
@@ -220,7 +224,7 @@ def _jinja():
     import jinja2.nativetypes
 
     env = jinja2.nativetypes.NativeEnvironment()
-    for plugin in ("gpucluster_stacks", "gpucluster_spec"):
+    for plugin in ("gpucluster_stacks", "gpucluster_spec", "gpucluster_imex"):
         module = load_file(ROOT / "plugins" / "filter" / f"{plugin}.py", f"{plugin}_repo")
         env.filters.update(module.FilterModule().filters())
     # Ansible's own filter that the role's conditions use.
@@ -419,3 +423,34 @@ def test_preflight_refuses_a_release_nvidia_publishes_no_locked_branch_for(stack
     assert role_eval(task["when"], {**variables, "__nvidia_gpu_present": True}) is True
     sources = variables["__nvidia_gpu_stack"]["repositories"][0]["uri"]
     assert f"/debian{release}/" in sources
+
+
+# ---------------------------------------------------------------- IMEX (GB200/GB300 trays)
+
+
+def _role_imex(stack: dict) -> list[str]:
+    """NAME=VERSION as the role's IMEX install task (tasks/imex.yml) asks apt for them."""
+    variables = role_variables(stack)
+    block_task = _task(ROLE / "tasks" / "imex.yml", lambda t: "block" in t)
+    for name, expr in block_task.get("vars", {}).items():
+        variables[name] = role_eval(expr, variables)
+    task = next(t for t in block_task["block"] if "ansible.builtin.apt" in t)
+    return list(role_eval(task["ansible.builtin.apt"]["name"], variables))
+
+
+def test_imex_installs_with_the_driver_at_the_locked_version(apt: Apt, stack: dict) -> None:
+    apt.pins(_role_pins(stack))
+    locked = stack["pins"]["driver"]["version"]
+    assert _role_imex(stack) == [f"nvidia-imex-570={locked}"]
+    rc, inst, said = apt.simulate(*_install_args(stack), *_role_imex(stack))
+    assert rc == 0 and inst["nvidia-imex-570"] == locked, said
+
+
+def test_imex_asked_for_without_a_version_stays_on_the_lock(apt: Apt, stack: dict) -> None:
+    """An operator's `apt install nvidia-imex-570` (or a dependency) gets the locked version, not the newer point
+    release of the branch; the newer branch's nvidia-imex is refused."""
+    apt.pins(_role_pins(stack))
+    rc, inst, said = apt.simulate("install", "nvidia-imex-570")
+    assert rc == 0 and inst["nvidia-imex-570"] == stack["pins"]["driver"]["version"], said
+    rc, _inst, said = apt.simulate("install", f"nvidia-imex={_newer_branch()}")
+    assert rc != 0, said

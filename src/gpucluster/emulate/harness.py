@@ -311,8 +311,22 @@ class SlurmCluster:
                 host.symlink_to("/dev/null")
             gres.write_text(gtext)
             notes += gnotes
+        if self.slurmd_nodes and self.runtime.root is not None:
+            notes.append(self._cgroup_disabled())
         self.adaptations = notes
         (self.workdir / "ADAPTATIONS.txt").write_text("".join(f"{a}\n" for a in notes))
+
+    def _cgroup_disabled(self) -> Adaptation:
+        """Inside a Debian root there is no /sys/fs/cgroup, and slurmd 24.11+ refuses to start without its
+        cgroup plugin ("cgroup filesystem not mounted"); the emulated nodes use proctrack/linuxproc and
+        task/none anyway, so the plugin is switched off for them (CgroupPlugin=disabled, 23.11+)."""
+        cgroup = self.etc / "cgroup.conf"
+        text = cgroup.read_text() if cgroup.exists() else ""
+        old = slurmtext.settings(text, lower=True).get("cgroupplugin")
+        kept = [ln for ln in text.splitlines() if not ln.strip().lower().startswith("cgroupplugin")]
+        cgroup.write_text("".join(f"{ln}\n" for ln in kept) + "CgroupPlugin=disabled\n")
+        return Adaptation("cgroup.conf", "CgroupPlugin", old, "disabled",
+                          "no cgroup filesystem inside the Debian root; the emulated nodes track by linuxproc")
 
     def _start_munged(self) -> None:
         mdir = self.workdir / "munge"

@@ -1,8 +1,10 @@
 """Real Slurm of each major line gpucluster claims, runnable on one Debian 12 machine.
 
 22.05 is the host's own Debian 12 packages. Newer lines come from Debian roots built with
-`debootstrap --variant=minbase --include=slurmctld,slurm-client,munge SUITE` from the mirror the host's
-apt sources name (trixie ships 24.11, sid 26.05), and run through `chroot` on loopback. A root is built
+`debootstrap --variant=minbase --include=slurmctld,slurmd,slurm-client,munge SUITE` from the mirror the host's
+apt sources name (trixie ships 24.11, sid 26.05), and run through `chroot` on loopback. slurmd is there for
+the emulator's `slurmd -N NAME` nodes (Debian builds Slurm with --enable-multiple-slurmd on every line:
+the host's 22.05 and both roots' slurmd take -N). A root is built
 once and cached by the hash of its recipe, like the staged-node image (stage/image.py): an unchanged
 recipe is never rebuilt. The cache lives in a per-user folder (0700, owner-checked), never in /tmp.
 
@@ -35,7 +37,7 @@ Log = Callable[[str], None]
 # own packages (Debian 12). The suite's Slurm was measured (trixie 24.11.5, sid 26.05.5); a root whose
 # slurmctld reports another line is refused at build time, so a suite moving on is noticed, not hidden.
 LINES: dict[str, str | None] = {"22.05": None, "24.11": "trixie", "26.05": "sid"}
-PACKAGES = ("slurmctld", "slurm-client", "munge")
+PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 # Bump when the build procedure changes in a way the recipe text does not show.
 RECIPE_VERSION = 3
 CACHE_ENV = "GPUCLUSTER_CACHE_DIR"

@@ -18,6 +18,7 @@ from gpucluster.fabric.summary import plan_summary
 from gpucluster.outputs import write_set
 from gpucluster.render.health.files import generated as health_files
 from gpucluster.render.ibtopo import topofile
+from gpucluster.render.imex import render_imex
 from gpucluster.render.nccl import gpu_environment, nccl_settings
 from gpucluster.render.roce import render_roce
 from gpucluster.render.slurm import slurm_context
@@ -108,6 +109,7 @@ def render_all(cluster: Cluster, *, cabling: bool = True) -> dict[str, Output]:
     out["plan.json"] = json.dumps(plan_summary(plan), indent=2) + "\n"
     out.update(switch_files(cluster.spec, plan))
     out.update(health_files(cluster))
+    out.update(render_imex(cluster))  # IMEX nodes_config per NVLink domain (render/imex.py)
     if cabling:
         out["cabling.csv"] = lambda: _chain(CABLING_HEADER, cabling_rows(plan))
         if cluster.spec.fabric.type == "infiniband":

@@ -24,7 +24,8 @@ import subprocess
 import sys
 import time
 
-BUILTIN = ("gpu-count", "gpu-ecc", "fabric-manager", "hca-ports", "link-flap", "munge", "disk-tmp", "disk-spool")
+BUILTIN = ("gpu-count", "gpu-ecc", "fabric-manager", "nvlink-fabric", "hca-ports", "link-flap", "munge", "disk-tmp",
+           "disk-spool")
 NA = ("", "N/A", "[N/A]", "[Not Supported]", "[Unknown Error]")
 STAND_IN = (1, 3)  # /dev/null mapped at a GPU's path: a stand-in on staged nodes, not a GPU
 # Staged nodes whose Slurm constrains devices get a number of their own per GPU instead: major 120, which the
@@ -161,9 +162,51 @@ def gpu_count(check: dict) -> tuple[bool, str]:
     if len(names) != want:
         return False, f"{len(names)} of {want} GPUs ({how})"
     for i, name in enumerate(names):
-        if model and model not in name.lower():
+        if model and not names_model(name, model):
             return False, f"GPU {i} is '{first_line(name, 60)}', not {model} ({how})"
+    if check.get("memory_gb"):
+        short = _memory_short(check, smi, vendor)
+        if short:
+            return False, short
     return True, f"{want} of {want} GPUs ({how}: {first_line(names[0], 60) if names else '-'})"
+
+
+def names_model(name: str, model: str) -> bool:
+    """The model as a word of the tool's name: 'b200' is in 'NVIDIA B200' but not in 'NVIDIA GB200' (a GB200
+    tray is not a B200 node), 'h100' in 'NVIDIA H100 80GB HBM3', 'mi355x' in 'AMD Instinct MI355X'."""
+    return re.search(rf"(?<![a-z0-9]){re.escape(model.lower())}(?![a-z0-9])", name.lower()) is not None
+
+
+# A GPU reporting less than this share of its catalog memory is short of memory: the catalog figure is what the
+# tool reports (GB or GiB, within 7%), so 10% below it is a smaller SKU, or memory the driver took offline.
+MEMORY_FLOOR = 0.90
+
+
+def _memory_short(check: dict, smi: str, vendor: str) -> str:
+    """'' when every GPU reports at least MEMORY_FLOOR of the catalog's memory_gb, else what is short."""
+    want_mib = float(check["memory_gb"]) * 1000 * MEMORY_FLOOR  # MiB (1 GB is 954 MiB; the floor takes it)
+    if vendor == "nvidia":
+        rc, out, err = run([smi, "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"], budget(check))
+        if rc != 0:
+            return f"nvidia-smi failed: {first_line(err or out) or f'exit {rc}'}"
+        sizes = {g["index"]: g["mib"] for g in parse_nvidia_csv(out, ["index", "mib"])}
+    else:
+        rc, out, err = run([smi, "--showmeminfo", "vram", "--csv"], budget(check))
+        if rc != 0:
+            return f"rocm-smi failed: {first_line(err or out) or f'exit {rc}'}"
+        sizes = {}
+        for i, row in enumerate(parse_rocm_csv(out)):
+            total = next((v for k, v in row.items() if "total memory" in k.lower() and "used" not in k.lower()), "")
+            sizes[str(i)] = str(int(total) // (1 << 20)) if total.strip().isdigit() else ""
+    if not sizes:
+        return "no GPU memory size reported"
+    for index, mib in sizes.items():
+        if not mib.isdigit():
+            return f"GPU {index}: memory size '{first_line(mib, 30)}' unreadable"
+        if int(mib) < want_mib:
+            return (f"GPU {index}: {int(mib)} MiB, below {MEMORY_FLOOR:.0%} of the {check['memory_gb']} GB "
+                    f"{check.get('model', '')} has")
+    return ""
 
 
 def _count_device_files(check: dict, want: int) -> tuple[bool, str]:

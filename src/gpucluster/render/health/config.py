@@ -72,12 +72,16 @@ def node_config(cluster: Cluster, group_name: str) -> dict:
         count = group.gpus_per_node
         pattern, prefix, first = DEVICES[model.vendor]
         checks.append({"name": "gpu-count", "kind": "gpu-count", "vendor": model.vendor, "count": count,
-                       "model": model.slurm_type, "devices": pattern, "device_prefix": prefix,
-                       "device_first": first})
+                       "model": model.slurm_type, "memory_gb": model.memory_gb, "devices": pattern,
+                       "device_prefix": prefix, "device_first": first})
         checks.append({"name": "gpu-ecc", "kind": "gpu-ecc", "vendor": model.vendor,
                        "max_uncorrected": health.ecc_uncorrected_max})
         if needs_fabric_manager(spec, group) and driver_stack(spec, group.name)["fabric_manager"]:
             checks.append({"name": "fabric-manager", "kind": "service", "unit": "nvidia-fabricmanager.service"})
+        if model.nvlink_domain is not None:
+            # A tray of a rack-scale NVLink domain: IMEX runs and each GPU's fabric registration completed
+            # (docs/health.md: the tray that fails drains; the rest of its domain stays in service).
+            checks.append({"name": "nvlink-fabric", "kind": "service", "unit": "nvidia-imex.service"})
     nic = spec.parts.nics.get(group.nic or "") if group.nics_per_node else None
     if nic is not None and nic.rdma and group in spec.fabric_groups:
         hcas = plan.hcas(group)
