@@ -177,6 +177,7 @@ class Layout:
     emulated: tuple[str, ...] = ()  # nodes that get a slurmd -N here
     node_port_base: int = 0  # first Port of the emulated nodes' contiguous block
     absent_state: str | None = None  # State= for nodes without a slurmd (FUTURE, CLOUD) or keep
+    reboot_program: str | None = None  # the emulated reboot's command line, quoted (harness.REBOOT_SCRIPT)
 
 
 # Parameters that name files/dirs on the production hosts.
@@ -311,6 +312,9 @@ def adapt_slurm_conf(
         for key in _SCRIPTS:
             if conf.param(key) is not None:
                 setp(key, None, "script from the production hosts; would run once per emulated node here")
+        if layout.reboot_program is not None:
+            setp("RebootProgram", layout.reboot_program,
+                 "the emulated reboot: this node's slurmd is stopped and started again with -b (a new boot time)")
         sdp = [p for p in (conf.param("SlurmdParameters") or "").split(",") if p]
         if "config_overrides" not in sdp:
             setp(
