@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -54,7 +55,7 @@ def plot(results: list[compare.Result], path: Path, title: str) -> str:
     axes[0].set_ylabel("in service (nodes)")
     axes[1].set_ylabel("in service and idle (nodes)")
     axes[1].set_xlabel("seconds since the rollout started")
-    axes[0].set_title(title, fontsize=10)
+    axes[0].set_title("\n".join(textwrap.wrap(title, 100)), fontsize=9)
     axes[0].legend(loc="lower right", fontsize=8)
     for ax in axes:
         ax.grid(alpha=0.3)

@@ -211,6 +211,11 @@ class SlurmCluster:
         self.tracker = ProcessTracker()
         self.adaptations: list[Adaptation] = []
         self.node_ports: dict[str, int] = {}
+        self._daemon_ports = (0, 0)
+        self._log_from: dict[Path, int] = {}  # a restarted daemon's log is checked from its restart on
+        # a restarted slurmctld recovers finished jobs that named nodes since removed (a shrink) and logs
+        # "lookup failure for node" for each: about those jobs, not about the config
+        self._log_ignore: tuple[str, ...] = ("lookup failure for node",)
         self.slurmd: dict[str, Tracked] = {}
         self.ctld: Tracked | None = None
         self.munged: Tracked | None = None
@@ -323,15 +328,22 @@ class SlurmCluster:
                 shutil.copy2(f, self.etc / f.name)
         n = len(self.slurmd_nodes)
         rng = random.Random()
-        base = free_port_block(2 + n, rng=rng)
+        kept = {k: v for k, v in self.node_ports.items() if k in set(self.slurmd_nodes)}
+        if self.ctld is None:  # the first start: one block for the daemons and every node
+            base = free_port_block(2 + n, rng=rng)
+            self._daemon_ports = (base, base + 1)
+            node_base = base + 2
+        else:  # a new config for a running cluster (load_config): the same ports, new ones for new nodes
+            node_base = free_port_block(max(1, n - len(kept)), rng=rng)
         layout = Layout(
             workdir=self.inner,
             hostname=socket.gethostname().split(".")[0],
-            ctld_port=base,
-            slurmd_port=base + 1,
+            ctld_port=self._daemon_ports[0],
+            slurmd_port=self._daemon_ports[1],
             munge_socket=self.inner / "munge" / "munge.socket",
             emulated=tuple(self.slurmd_nodes),
-            node_port_base=base + 2,
+            node_port_base=node_base,
+            node_ports=kept,
             absent_state=self.absent_state,
             reboot_program=self._reboot_program() if self.slurmd_nodes else None,
         )
@@ -348,7 +360,8 @@ class SlurmCluster:
                 # root the link resolves to the root's own /dev/null)
                 host = self.runtime.host_path(p)
                 host.parent.mkdir(parents=True, exist_ok=True)
-                host.symlink_to("/dev/null")
+                if not host.is_symlink():
+                    host.symlink_to("/dev/null")
             gres.write_text(gtext)
             notes += gnotes
         self.adaptations = notes
@@ -409,10 +422,12 @@ class SlurmCluster:
 
     def config_errors(self, log: Path) -> list[str]:
         try:
-            text = log.read_text(errors="replace")
+            text = log.read_text(errors="replace")[self._log_from.get(log, 0):]
         except OSError:
             return []
-        return [ln for ln in text.splitlines() if any(p in ln for p in CONFIG_ERROR_PATTERNS)]
+        ignore = self._log_ignore if log in self._log_from else ()
+        return [ln for ln in text.splitlines()
+                if any(p in ln for p in CONFIG_ERROR_PATTERNS) and not any(i in ln for i in ignore)]
 
     def _check_log(self, log: Path, who: str) -> None:
         if not self.strict:
@@ -430,6 +445,59 @@ class SlurmCluster:
             f"--- last lines of {self.ctld_log}:\n{tail(self.ctld_log)}\n"
             f"--- slurmctld stderr:\n{tail(self.workdir / 'log' / 'slurmctld.stderr', 15)}"
         )
+
+    # ------------------------------------------------------------------ changing the running cluster
+    def load_config(self, conf_dir: Path, nodes: Sequence[str]) -> None:
+        """Write a new rendered config (a grown or shrunk cluster) over this one's, emulating `nodes` from now
+        on; daemons and ports stay as they are: what a daemon reads of it depends on how it is told (the
+        release's class for adding nodes: restart_slurmctld and restart_slurmd, or `scontrol reconfigure`)."""
+        self.conf_dir = Path(conf_dir)
+        self.slurmd_nodes = list(nodes)
+        self._write_configs()
+
+    def restart_slurmctld(self) -> None:
+        """Stop slurmctld (SIGTERM: it saves its state) and start it again on the current config; without -c
+        or -R it recovers the jobs, and the nodes drained or down with their reasons (slurmctld(8))."""
+        assert self.ctld is not None
+        self._log_from[self.ctld_log] = self.ctld_log.stat().st_size if self.ctld_log.exists() else 0
+        self.ctld.popen.send_signal(signal.SIGTERM)
+        try:
+            self.ctld.popen.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise SlurmStartError(f"slurmctld did not stop on SIGTERM in 60 s\n{self._ctld_tails()}") from None
+        self._start_slurmctld()
+
+    def stop_slurmd(self, nodes: Iterable[str]) -> None:
+        """Stop these nodes' slurmd (SIGTERM): running job steps go on without it, as on a real node."""
+        for node in nodes:
+            t = self.slurmd.get(node)
+            if t is not None and t.popen.poll() is None:
+                t.popen.send_signal(signal.SIGTERM)
+        for node in nodes:
+            t = self.slurmd.get(node)
+            if t is not None:
+                try:
+                    t.popen.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    t.popen.kill()
+                    t.popen.wait()
+
+    def start_slurmd(self, nodes: Sequence[str]) -> None:
+        """Start slurmd for these nodes (new ones, or ones stopped) and wait until each has registered."""
+        deadline = time.monotonic() + self.start_timeout + 1.0 * len(nodes)
+        for i in range(0, len(nodes), self.slurmd_batch):
+            batch = list(nodes[i : i + self.slurmd_batch])
+            for node in batch:
+                (self.workdir / "spool" / node).mkdir(exist_ok=True)
+                argv = self.runtime.argv(["slurmd", "-D", "-N", node, "-f", str(self.inner_conf)])
+                self.slurmd[node] = self.tracker.spawn(f"slurmd[{node}]", argv, env=self.env,
+                                                       log=self.workdir / "log" / "slurmd.stderr",
+                                                       order=ORDER_SLURMD)
+            self.wait_registered(batch, deadline=deadline)
+
+    def restart_slurmd(self, nodes: Sequence[str]) -> None:
+        self.stop_slurmd(nodes)
+        self.start_slurmd(nodes)
 
     def _reboot_program(self) -> str:
         """Write the emulated RebootProgram (REBOOT_SCRIPT) and return its command line as slurmd sees it."""
