@@ -80,7 +80,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", default=str(ROOT / "docs" / "rollout-compare.png"), help="PNG to write ('' none)")
     ap.add_argument("--json", default="", help="write every figure and sample here")
     ap.add_argument("--max-load", type=float, default=12.0, help="refuse to start above this 1-minute load")
+    ap.add_argument("--replot", metavar="JSON", help="only draw --plot again from a --json file of an earlier run")
     args = ap.parse_args(argv)
+    if args.replot:
+        doc = json.loads(Path(args.replot).read_text())
+        runs = [compare.Result(r["run"], r["waves"], r["wave_nodes"], samples=[tuple(x) for x in r["samples"]])
+                for r in doc["runs"]]
+        why = plot(runs, Path(args.plot), doc["setup"])
+        print(why or f"plot: {args.plot}")
+        return 1 if why else 0
     if os.getloadavg()[0] > args.max_load:
         print(f"load {os.getloadavg()[0]:.1f} > {args.max_load}: not starting {args.nodes} slurmd", file=sys.stderr)
         return 1
