@@ -4,7 +4,8 @@ a reboot-class rollout to every node twice with --max-unavailable 8, the reboot 
 (`scontrol reboot ASAP nextstate=RESUME`, the emulated RebootProgram restarts the node's slurmd with -b).
 
 What must hold: no job killed or requeued in either run, every node back in service after each, and whole
-leaves keep a larger in-service leaf-aligned block than random batches of the same size. About 60-80 s."""
+leaves keep a larger in-service leaf-aligned block than random batches of the same size. 91 s at load
+average 10 on the shared 2-core machine, 167 s at load 60."""
 
 from __future__ import annotations
 
