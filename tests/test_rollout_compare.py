@@ -4,8 +4,8 @@ a reboot-class rollout to every node twice with --max-unavailable 8, the reboot 
 (`scontrol reboot ASAP nextstate=RESUME`, the emulated RebootProgram restarts the node's slurmd with -b).
 
 What must hold: no job killed or requeued in either run, every node back in service after each, and whole
-leaves keep a larger in-service leaf-aligned block than random batches of the same size. 91 s at load
-average 10 on the shared 2-core machine, 167 s at load 60."""
+leaves keep a larger in-service leaf-aligned block than random batches of the same size. 91-97 s at load
+average 10-30 on the shared 2-core machine, 167 s at load 60."""
 
 from __future__ import annotations
 
@@ -37,12 +37,12 @@ def test_whole_leaves_keep_a_larger_block_and_neither_kills_a_job(tmp_path: Path
     assert [len(lf) for lf in leaves] == [LEAF] * (NODES // LEAF)  # leaves of the plan's real size
     aware, blind = plan_waves(units, LEAF), compare.blind_waves(hosts, LEAF, SEED)
     assert [len(w.nodes) for w in aware] == [len(w.nodes) for w in blind]  # same ceiling, same batch size
-    mix = compare.job_mix(SEED, total=NODES, leaf=LEAF, length=300, seconds=(2, 4))
+    mix = compare.job_mix(SEED, total=NODES, leaf=LEAF, length=300, seconds=(1, 3))
     results = {}
     with emulate(r.conf_dir, overrides={"MinJobAge": "3600"}, reboot_delay=0.5) as c:
         for label, waves in (("aware", aware), ("blind", blind)):
             before = len(c.reboots)
-            results[label] = compare.run_once(c.run, label, waves, leaves, mix, tmp_path, warmup=3)
+            results[label] = compare.run_once(c.run, label, waves, leaves, mix, tmp_path, warmup=2)
             compare.wait_quiet(c.run, hosts, timeout=120)
             assert sorted(n for n, *_ in c.reboots[before:]) == sorted(hosts)  # every node really rebooted once
         now = Slurm(c.run).nodes(hosts)
