@@ -153,12 +153,14 @@ def test_the_json_contract(tmp_path, capsys):
     rc, out, _ = run(capsys, "diff", str(a), str(b), "--json")
     doc = json.loads(out)
     assert rc == 0
-    assert set(doc) == {"contract", "old", "new", "slurm_version", "class", "classes", "changes"}
+    assert set(doc) == {"contract", "old", "new", "slurm_version", "class", "classes", "changes", "running"}
     assert doc["contract"] == 1 and doc["classes"] == list(CLASSES)
+    assert doc["running"] == {"asked": False, "reached": False, "error": None, "jobs": None}
     assert doc["slurm_version"] == {"old": "22.05", "new": "22.05"}
     for change in doc["changes"]:
         assert set(change) == {"what", "kind", "target", "class", "action", "groups", "hosts", "old", "new",
-                               "source"}
+                               "source", "jobs"}
+        assert change["jobs"] is None  # no --inventory: not known, never an empty list
         assert change["class"] in CLASSES
     assert doc["class"] == max((c["class"] for c in doc["changes"]), key=CLASSES.index)
     rc, out, _ = run(capsys, "diff", str(a), str(b))

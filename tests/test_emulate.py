@@ -69,6 +69,7 @@ MAY_CHANGE = {
     "AuthInfo", "AccountingStorageType", "AccountingStorageHost", "AccountingStoragePort",
     "AccountingStorageTRES", "ProctrackType", "TaskPlugin", "JobAcctGatherType", "SlurmdParameters",
     "PrologFlags",
+    "RebootProgram",  # the emulated reboot (harness.REBOOT_SCRIPT)
     # the node health checks' program lives on real nodes only (and would run once per emulated node)
     "HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState",
 }  # fmt: skip
@@ -110,6 +111,28 @@ def test_emulated_nodes_get_localhost_and_one_port_each(rendered: Rendered) -> N
     for old, new in zip(SlurmConf.parse(src).records("nodename"), conf.records("nodename"), strict=True):
         for key in ("CPUs", "RealMemory", "Gres", "CoresPerSocket", "Feature"):
             assert old.get(key) == new.get(key)
+
+
+def test_kept_ports_stay_and_new_nodes_get_new_ones(rendered: Rendered) -> None:
+    """A grown cluster (SlurmCluster.load_config): nodes that ran keep their ports, the new ones get a block of
+    their own, and a NodeName line is split wherever ports stop following each other."""
+    src = (rendered.conf_dir / "slurm.conf").read_text()
+    nodes = tuple(SlurmConf.parse(src).node_names())
+    kept = {n: 20002 + i for i, n in enumerate(nodes[:-2])}
+    lay = Layout(workdir=PurePosixPath("/w"), hostname="h", ctld_port=20000, slurmd_port=20001,
+                 munge_socket=PurePosixPath("/w/m"), emulated=nodes, node_port_base=30000, node_ports=kept,
+                 reboot_program='"/w/bin/reboot /w/reboot"')
+    out, notes, ports = adapt_slurm_conf(src, lay)
+    assert {n: ports[n] for n in kept} == kept and [ports[n] for n in nodes[-2:]] == [30000, 30001]
+    conf = SlurmConf.parse(out)
+    assert conf.param("RebootProgram") == '"/w/bin/reboot /w/reboot"'
+    assert any(n.key == "RebootProgram" for n in notes)
+    for line in conf.records("nodename"):
+        names = hostlist.expand_hostlist(line.pairs[0][1])
+        first, _, last = line.get("Port").strip("[]").partition("-")
+        assert [ports[n] for n in names] == list(range(int(first), int(last or first) + 1))
+    assert sorted(hostlist.expand_hostlist(",".join(ln.pairs[0][1] for ln in conf.records("nodename")))) == \
+        sorted(nodes)
 
 
 def test_nodes_not_emulated_stay_defined(rendered: Rendered) -> None:

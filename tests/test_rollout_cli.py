@@ -56,3 +56,21 @@ def test_state_file_is_atomic_and_checked(tmp_path) -> None:
     path.write_text("{not json")
     with pytest.raises(UsageError, match="not a rollout state file"):
         st.load(path)
+
+
+@pytest.mark.parametrize(("version", "how"), [("22.05", "restart"), ("24.11", "reconfigure")])
+def test_resize_dry_run_names_hosts_and_how_the_release_learns_them(version, how, tmp_path, capsys) -> None:
+    from gpucluster.emulate.specs import scaled_spec
+
+    for name, n in (("old", 12), ("new", 16)):
+        (tmp_path / f"{name}.yaml").write_text(scaled_spec("meta-24k-ib", {"h100": n}, name="rs",
+                                                           fabric={"scalable_unit_nodes": 4},
+                                                           slurm={"version": version}))
+    old, new = str(tmp_path / "old.yaml"), str(tmp_path / "new.yaml")
+    assert main(["rollout", old, "--resize", new, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"4 nodes added, 0 removed, 12 kept; Slurm {version} learns a node list by {how}" in out
+    assert "enroll gti[0013-0016]" in out and "drain them at once (reason gpc:grow ID)" in out
+    assert main(["rollout", new, "--resize", old, "--dry-run"]) == 0
+    assert "drain gti[0013-0016] (reason gpc:shrink ID)" in capsys.readouterr().out
+    assert main(["rollout", old, "--resize", new]) == 2  # not from the CLI yet: says so, exits 2

@@ -1,10 +1,12 @@
 """Rollouts against real Slurm daemons: the emulator (a real slurmctld and one `slurmd -N` per node) on a
-12-node spec of 3 leaves of 4. Drain class, since an emulated node cannot reboot (docs/operations.md says
-why): the apply step is a stand-in that records when it ran and what was running on its nodes then.
+12-node spec of 3 leaves of 4. Drain class: the apply step is a stand-in that records when it ran and what
+was running on its nodes then. Reboot class: the reboot is the emulator's (RebootProgram stops the node's
+slurmd and starts it again with -b, a new boot time, so slurmctld sees a node that rebooted).
 
 What must hold: no job killed (every job ends COMPLETED), every node back in service, a node drained by
 hand before the rollout stays drained and is never counted done, and a rollout killed with SIGKILL in a
-wave finishes with --resume and leaves no node drained by it."""
+wave (a real subprocess, killed while the wave waits for a running job) finishes with --resume and leaves
+no node drained by it, for both classes."""
 
 from __future__ import annotations
 
@@ -14,17 +16,19 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import hostlist
 import pytest
 
 from gpucluster.emulate.emulator import emulate
 from gpucluster.emulate.specs import Rendered, scaled_spec, write_and_render
 from gpucluster.rollout import state as st
 from gpucluster.rollout.engine import Halted, Rollout, new_state
-from gpucluster.rollout.slurm import Slurm
+from gpucluster.rollout.slurm import NodeState, Slurm
 from gpucluster.rollout.waves import plan_waves, topology_units
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -42,7 +46,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Rendered:
 
 @pytest.fixture
 def cluster(rendered: Rendered) -> Iterator:
-    with emulate(rendered.conf_dir) as c:
+    with emulate(rendered.conf_dir, reboot_delay=0.5) as c:
         yield c
 
 
@@ -132,54 +136,88 @@ def test_a_failed_check_keeps_the_node_drained_and_halts(cluster, rendered, tmp_
     assert st.load(path)["nodes"][bad]["outcome"] == "failed"
 
 
-def test_sigkill_mid_wave_then_resume_finishes(cluster, rendered, tmp_path) -> None:
+@pytest.mark.parametrize("change", ["drain", "reboot"])
+def test_sigkill_mid_wave_then_resume_finishes(change, cluster, rendered, tmp_path) -> None:
     spec = rendered.conf_dir.parent / "ro12.yaml"
     env = {**cluster.env, "PYTHONUNBUFFERED": "1"}
     state_dir = tmp_path / "state"
     jobs = [_sbatch(cluster, 4, 8)]
     _wait_running(cluster, jobs)
-    argv = [sys.executable, "-m", "gpucluster.cli", "rollout", str(spec), "--change", "drain", "--by", "leaf",
+    argv = [sys.executable, "-m", "gpucluster.cli", "rollout", str(spec), "--change", change, "--by", "leaf",
             "--max-unavailable", "4", "--state-dir", str(state_dir), "--poll", "0.3", "--apply-command", "true"]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     path = state_dir / st.NAME
+    waiting = "draining" if change == "drain" else "rebooting"
+    busy = set(_job_nodes(cluster, jobs[0]))
     deadline = time.monotonic() + 40
-    while time.monotonic() < deadline:  # kill it while wave 1 waits for the job on its leaf
-        if path.exists() and any(n["outcome"] == "draining" for n in json.loads(path.read_text())["nodes"].values()):
-            break
+    while time.monotonic() < deadline:  # kill it while a wave waits for the job on its leaf
+        if path.exists():
+            s = json.loads(path.read_text())
+            if any(v["outcome"] == waiting for n, v in s["nodes"].items() if n in busy):
+                break
         time.sleep(0.1)
     else:
         proc.kill()
-        raise AssertionError(f"never got to draining: {proc.communicate()[0]}")
+        raise AssertionError(f"never got to {waiting}: {proc.communicate()[0]}")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     mid = st.load(path)
-    assert not mid["finished"]
+    assert not mid["finished"] and [w["status"] for w in mid["waves"]].count("running") == 1  # killed mid-wave
+    assert _job_state(cluster, jobs[0]) == "RUNNING"
     drained = [n for n, s in Slurm(lambda cmd: cluster.run(cmd)).nodes().items() if s.out]
-    assert drained  # the kill left nodes drained by it
+    assert busy <= set(drained)  # the kill left the job's nodes drained by it, the job still on them
     status = subprocess.run([*argv[:5], "--state-dir", str(state_dir), "--status"], env=env, capture_output=True,
                             text=True, timeout=60)
     assert status.returncode == 0 and "under way" in status.stdout, status.stdout + status.stderr
-    again = subprocess.run([*argv, "--resume"], env=env, capture_output=True, text=True, timeout=120)
+    before = len(cluster.reboots)
+    again = subprocess.run([*argv, "--resume"], env=env, capture_output=True, text=True, timeout=180)
     assert again.returncode == 0, again.stdout + again.stderr
     assert _wait_done(cluster, jobs) == {jobs[0]: "COMPLETED"}
     now = Slurm(lambda cmd: cluster.run(cmd)).nodes()
-    assert not [n for n, s in now.items() if s.out], now
+    assert not [n for n, s in now.items() if s.out or s.rebooting], now
     final = st.load(path)
     assert final["finished"] and {v["outcome"] for v in final["nodes"].values()} == {"done"}
+    if change == "reboot":  # every node rebooted exactly once across the kill
+        assert sorted(n for n, *_ in cluster.reboots) == sorted(now), (cluster.reboots, before)
 
 
-def test_reboot_asap_is_taken_by_slurmctld_as_the_engine_reads_it(rendered, tmp_path) -> None:
-    """The reboot class's one command, on real daemons: Slurm keeps the node's job running, marks the node
-    DRAIN + REBOOT_REQUESTED with our reason (so the engine counts it ours and rebooting, never by hand).
-    The reboot itself is not run: an emulated slurmd cannot come back with a newer boot time."""
-    with emulate(rendered.conf_dir, nodes=4, overrides={"RebootProgram": "/bin/true"}) as c:
-        slurm = Slurm(lambda cmd: c.run(cmd))
-        job = _sbatch(c, 1, 30)
-        _wait_running(c, [job])
-        busy = next(n for n, s in slurm.nodes().items() if s.states & {"ALLOCATED", "MIXED"})
-        slurm.reboot([busy], "gpc:rollout t4")
-        s = slurm.nodes([busy])[busy]
-        assert s.rebooting and s.out and not s.by_hand and s.reason == "gpc:rollout t4", s
-        assert _job_state(c, job) == "RUNNING"
-        c.run(["scontrol", "cancel_reboot", busy])
+def _job_nodes(c, jobid: str) -> list[str]:
+    out = c.run(["scontrol", "show", "job", "-o", jobid]).stdout
+    return hostlist.expand_hostlist(next(t.split("=", 1)[1] for t in out.split() if t.startswith("NodeList=")))
+
+
+def test_reboot_rollout_waits_for_the_job_and_reboots_every_node(cluster, rendered, tmp_path) -> None:
+    """The reboot class end to end on real daemons: `scontrol reboot ASAP` keeps the job running and marks the
+    node the way the engine reads it (ours, rebooting, never by hand); the node reboots only once the job has
+    ended, and comes back in service by itself (nextstate=RESUME)."""
+    slurm = Slurm(lambda cmd: cluster.run(cmd))
+    hosts = sorted(cluster.nodes())
+    job = _sbatch(cluster, 1, 4)
+    _wait_running(cluster, [job])
+    busy = _job_nodes(cluster, job)[0]
+    waves = plan_waves(topology_units(rendered.plan, "leaf", hosts), 4)
+    s = new_state("t4", cluster="ro12", source="", change="reboot", by="leaf", max_unavailable=4, waves=waves,
+                  skipped=[], halt_share=0.0)
+    seen: list[tuple[NodeState, str]] = []
+    done = threading.Event()
+
+    def watch() -> None:  # the busy node while the rollout runs: first sight of it rebooting
+        while not done.wait(0.2) and not seen:
+            node = slurm.nodes([busy])[busy]
+            if node.rebooting:
+                seen.append((node, _job_state(cluster, job)))
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    Rollout(slurm, st.state_path(tmp_path / "state"), s, poll=0.3, say=lambda _: None, live=False).run()
+    done.set()
+    t.join()
+    node, job_then = seen[0]
+    assert node.out and not node.by_hand and node.reason.startswith("gpc:rollout t4"), node
+    assert job_then == "RUNNING"
+    assert _wait_done(cluster, [job]) == {job: "COMPLETED"}
+    rebooted = {n: up for n, _, up in cluster.reboots}
+    assert sorted(rebooted) == hosts
+    now = slurm.nodes()
+    assert all(not now[n].out and not now[n].rebooting for n in hosts), now

@@ -286,6 +286,7 @@ RENDER_FAMILIES = (
     ("NCCL", r"nccl\.conf|nccl-env\.sh"),
     ("host and switch RoCE QoS", r"roce-qos\.conf|[a-z]+-(sonic|eos)-qos\.(json|cfg)"),
     ("storage daemons and mounts", r"mfs[a-z]*\.cfg|ganesha\.conf|[a-z0-9-]+\.mount"),
+    ("IMEX domain node lists", r"imex-domain\.[A-Za-z0-9_.-]+\.hosts"),
     ("health checks", r"gpucluster-health(-[a-z]+)?(\.service|\.timer)?|health-config\.[a-z0-9_-]+\.json"),
     ("cabling.csv", r"cabling\.csv"),
     ("fabric.topo", r"fabric\.topo"),

@@ -145,5 +145,6 @@ FLAGS: dict[str, Flag] = {
     "--dry-run": _f("switch", "", "print what would be done; change nothing"),
     "--resume": _f("switch", "", "continue the last run from its state file"),
     "--status": _f("switch", "", "show where the last run stands"),
+    "--resize": _f("text", "NEW_SPEC", "grow or shrink to the node counts of NEW_SPEC"),
     "--summary": _f("switch", "", "with --json: the counts alone, without the list of items"),
 }

@@ -37,12 +37,14 @@ def emulate(
     workdir: Path | None = None,
     start_timeout: float = 120.0,
     keep: bool | None = None,
+    reboot_delay: float = 2.0,
 ) -> Iterator[SlurmCluster]:
     """Start slurmctld and ``nodes`` emulated slurmd (default: every node of the config).
 
     The node count comes from the spec, never from here: ``nodes`` may only pick the first N
     nodes of the rendered config (the rest stay defined, State=FUTURE, so topology.conf still
-    names real nodes); asking for more nodes than the config has is an error.
+    names real nodes); asking for more nodes than the config has is an error. ``reboot_delay``: how long
+    an emulated node stays down when slurmctld reboots it (harness.REBOOT_SCRIPT).
     """
     names = config_nodes(conf_dir)
     if nodes is None:
@@ -70,6 +72,7 @@ def emulate(
         overrides=overrides,
         start_timeout=start_timeout,
         keep=keep,
+        reboot_delay=reboot_delay,
     )
     with cluster:
         yield cluster

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
@@ -43,6 +46,32 @@ from gpucluster.emulate.slurmconf import Adaptation, Layout, adapt_gres_conf, ad
 from gpucluster.emulate.topology import Topology, parse_show_topology
 
 KEEP_ENV = "GPUCLUSTER_EMULATE_KEEP"
+# The RebootProgram of every emulated node (slurm.conf RebootProgram, replaced by the adaptation). slurmd runs
+# it through system() when slurmctld sends REQUEST_REBOOT_NODES (scontrol reboot): it finds the node's name on
+# the command line of the slurmd above it and leaves a request for the harness, which stops that slurmd and,
+# after `reboot_delay` seconds, starts it again with -b ("Report node reboot now": slurmd registers a boot time
+# of now). slurmctld then sees a node that rebooted after the request, exactly as for a real machine: it clears
+# REBOOT_ISSUED and applies nextstate. Stand-in for: the machine's reboot (kernel, firmware, the boot itself).
+REBOOT_SCRIPT = """#!/bin/sh
+# gpucluster emulate: the emulated reboot (see gpucluster/emulate/harness.py, REBOOT_SCRIPT)
+req="$1"
+p=$PPID
+while [ "${p:-1}" -gt 1 ]; do
+    set -- $(tr '\\0' ' ' < "/proc/$p/cmdline" 2>/dev/null)
+    case "$1" in
+        *slurmd)
+            while [ $# -gt 1 ]; do
+                if [ "$1" = -N ]; then
+                    printf '%s\\n' "$p" > "$req/.$2.tmp" && mv "$req/.$2.tmp" "$req/$2" && exit 0
+                fi
+                shift
+            done ;;
+    esac
+    p=$(sed 's/.*) [A-Za-z] \\([0-9]*\\).*/\\1/' "/proc/$p/stat" 2>/dev/null)
+done
+echo "gpucluster emulated reboot: no slurmd -N above pid $$" >&2
+exit 1
+"""
 _PORT_LO, _PORT_HI = 20000, 32000  # below Linux's ephemeral range (32768-60999)
 
 
@@ -165,6 +194,7 @@ class SlurmCluster:
         keep: bool | None = None,
         strict: bool = True,
         line: str | None = None,
+        reboot_delay: float = 2.0,
     ) -> None:
         self.conf_dir = Path(conf_dir)
         self.line = line
@@ -181,12 +211,22 @@ class SlurmCluster:
         self.tracker = ProcessTracker()
         self.adaptations: list[Adaptation] = []
         self.node_ports: dict[str, int] = {}
+        self._daemon_ports = (0, 0)
+        self._log_from: dict[Path, int] = {}  # a restarted daemon's log is checked from its restart on
+        # a restarted slurmctld recovers finished jobs that named nodes since removed (a shrink) and logs
+        # "lookup failure for node" for each: about those jobs, not about the config
+        self._log_ignore: tuple[str, ...] = ("lookup failure for node",)
         self.slurmd: dict[str, Tracked] = {}
         self.ctld: Tracked | None = None
         self.munged: Tracked | None = None
         self.ready_s: float | None = None  # slurmctld spawn -> first UP ping
         self.slurmd_ready_s: float | None = None  # first slurmd spawn -> all registered
         self.stop_notes: list[str] = []
+        self.reboot_delay = reboot_delay
+        self.reboots: list[tuple[str, float, float]] = []  # (node, request seen, slurmd -b started), monotonic
+        self._reboot_stop = threading.Event()
+        self._reboot_threads: list[threading.Thread] = []
+        self._spawns: queue.Queue[tuple[str, float]] = queue.Queue()
         self.workdir = Path()
         self.inner = PurePosixPath()  # the private dir as the daemons see it (inside a root: /tmp/...)
 
@@ -243,12 +283,16 @@ class SlurmCluster:
         self._start_slurmctld()
         if self.slurmd_nodes:
             self._start_slurmd()
+            self._start_reboot_watcher()
 
     def stop(self) -> list[str]:
         """Stop every process this cluster started; remove the private dir unless kept.
 
         Jobs are cancelled first so slurmstepd (which ignores SIGTERM by design) ends on its own;
         what is left is stopped by PID (:meth:`ProcessTracker.stop`)."""
+        self._reboot_stop.set()
+        for t in self._reboot_threads:
+            t.join(timeout=15)
         if self.slurmd and self.ctld is not None and self.ctld.popen.poll() is None:
             with contextlib.suppress(Exception):
                 self.cancel_all(wait=15.0)
@@ -270,7 +314,7 @@ class SlurmCluster:
                                   f"give a workdir under {self.runtime.tmp_base()} or none") from None
         # munged insists that every directory above its socket is searchable by all
         self.workdir.chmod(0o755)
-        for sub in ("etc", "state", "spool", "log", "run", "dev"):
+        for sub in ("etc", "state", "spool", "log", "run", "dev", "bin", "reboot"):
             (self.workdir / sub).mkdir(exist_ok=True)
         (self.workdir / "munge").mkdir(mode=0o755, exist_ok=True)
         (self.workdir / "munge" / "key").mkdir(mode=0o700, exist_ok=True)
@@ -284,16 +328,24 @@ class SlurmCluster:
                 shutil.copy2(f, self.etc / f.name)
         n = len(self.slurmd_nodes)
         rng = random.Random()
-        base = free_port_block(2 + n, rng=rng)
+        kept = {k: v for k, v in self.node_ports.items() if k in set(self.slurmd_nodes)}
+        if self.ctld is None:  # the first start: one block for the daemons and every node
+            base = free_port_block(2 + n, rng=rng)
+            self._daemon_ports = (base, base + 1)
+            node_base = base + 2
+        else:  # a new config for a running cluster (load_config): the same ports, new ones for new nodes
+            node_base = free_port_block(max(1, n - len(kept)), rng=rng)
         layout = Layout(
             workdir=self.inner,
             hostname=socket.gethostname().split(".")[0],
-            ctld_port=base,
-            slurmd_port=base + 1,
+            ctld_port=self._daemon_ports[0],
+            slurmd_port=self._daemon_ports[1],
             munge_socket=self.inner / "munge" / "munge.socket",
             emulated=tuple(self.slurmd_nodes),
-            node_port_base=base + 2,
+            node_port_base=node_base,
+            node_ports=kept,
             absent_state=self.absent_state,
+            reboot_program=self._reboot_program() if self.slurmd_nodes else None,
         )
         text, notes, ports = adapt_slurm_conf(src.read_text(), layout, overrides=self.overrides)
         self.conf_path.write_text(text)
@@ -308,7 +360,8 @@ class SlurmCluster:
                 # root the link resolves to the root's own /dev/null)
                 host = self.runtime.host_path(p)
                 host.parent.mkdir(parents=True, exist_ok=True)
-                host.symlink_to("/dev/null")
+                if not host.is_symlink():
+                    host.symlink_to("/dev/null")
             gres.write_text(gtext)
             notes += gnotes
         if self.slurmd_nodes and self.runtime.root is not None:
@@ -383,10 +436,12 @@ class SlurmCluster:
 
     def config_errors(self, log: Path) -> list[str]:
         try:
-            text = log.read_text(errors="replace")
+            text = log.read_text(errors="replace")[self._log_from.get(log, 0):]
         except OSError:
             return []
-        return [ln for ln in text.splitlines() if any(p in ln for p in CONFIG_ERROR_PATTERNS)]
+        ignore = self._log_ignore if log in self._log_from else ()
+        return [ln for ln in text.splitlines()
+                if any(p in ln for p in CONFIG_ERROR_PATTERNS) and not any(i in ln for i in ignore)]
 
     def _check_log(self, log: Path, who: str) -> None:
         if not self.strict:
@@ -404,6 +459,111 @@ class SlurmCluster:
             f"--- last lines of {self.ctld_log}:\n{tail(self.ctld_log)}\n"
             f"--- slurmctld stderr:\n{tail(self.workdir / 'log' / 'slurmctld.stderr', 15)}"
         )
+
+    # ------------------------------------------------------------------ changing the running cluster
+    def load_config(self, conf_dir: Path, nodes: Sequence[str]) -> None:
+        """Write a new rendered config (a grown or shrunk cluster) over this one's, emulating `nodes` from now
+        on; daemons and ports stay as they are: what a daemon reads of it depends on how it is told (the
+        release's class for adding nodes: restart_slurmctld and restart_slurmd, or `scontrol reconfigure`)."""
+        self.conf_dir = Path(conf_dir)
+        self.slurmd_nodes = list(nodes)
+        self._write_configs()
+
+    def restart_slurmctld(self) -> None:
+        """Stop slurmctld (SIGTERM: it saves its state) and start it again on the current config; without -c
+        or -R it recovers the jobs, and the nodes drained or down with their reasons (slurmctld(8))."""
+        assert self.ctld is not None
+        self._log_from[self.ctld_log] = self.ctld_log.stat().st_size if self.ctld_log.exists() else 0
+        self.ctld.popen.send_signal(signal.SIGTERM)
+        try:
+            self.ctld.popen.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise SlurmStartError(f"slurmctld did not stop on SIGTERM in 60 s\n{self._ctld_tails()}") from None
+        self._start_slurmctld()
+
+    def stop_slurmd(self, nodes: Iterable[str]) -> None:
+        """Stop these nodes' slurmd (SIGTERM): running job steps go on without it, as on a real node."""
+        for node in nodes:
+            t = self.slurmd.get(node)
+            if t is not None and t.popen.poll() is None:
+                t.popen.send_signal(signal.SIGTERM)
+        for node in nodes:
+            t = self.slurmd.get(node)
+            if t is not None:
+                try:
+                    t.popen.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    t.popen.kill()
+                    t.popen.wait()
+
+    def start_slurmd(self, nodes: Sequence[str]) -> None:
+        """Start slurmd for these nodes (new ones, or ones stopped) and wait until each has registered."""
+        deadline = time.monotonic() + self.start_timeout + 1.0 * len(nodes)
+        for i in range(0, len(nodes), self.slurmd_batch):
+            batch = list(nodes[i : i + self.slurmd_batch])
+            for node in batch:
+                (self.workdir / "spool" / node).mkdir(exist_ok=True)
+                argv = self.runtime.argv(["slurmd", "-D", "-N", node, "-f", str(self.inner_conf)])
+                self.slurmd[node] = self.tracker.spawn(f"slurmd[{node}]", argv, env=self.env,
+                                                       log=self.workdir / "log" / "slurmd.stderr",
+                                                       order=ORDER_SLURMD)
+            self.wait_registered(batch, deadline=deadline)
+
+    def restart_slurmd(self, nodes: Sequence[str]) -> None:
+        self.stop_slurmd(nodes)
+        self.start_slurmd(nodes)
+
+    def _reboot_program(self) -> str:
+        """Write the emulated RebootProgram (REBOOT_SCRIPT) and return its command line as slurmd sees it."""
+        script = self.workdir / "bin" / "reboot"
+        script.write_text(REBOOT_SCRIPT)
+        script.chmod(0o755)
+        return f'"{self.inner / "bin" / "reboot"} {self.inner / "reboot"}"'
+
+    def _start_reboot_watcher(self) -> None:
+        t = threading.Thread(target=self._watch_reboots, name="emulated-reboots", daemon=True)
+        self._reboot_threads.append(t)
+        t.start()
+
+    def _watch_reboots(self) -> None:
+        """Serve the requests REBOOT_SCRIPT leaves, one thread per reboot so a wave's nodes reboot together.
+
+        This thread lives as long as the cluster and starts every slurmd again itself: a child's
+        PR_SET_PDEATHSIG (procs._child_setup) fires when the *thread* that forked it ends."""
+        folder = self.workdir / "reboot"
+        while not self._reboot_stop.wait(0.2):
+            while True:
+                try:
+                    node, seen = self._spawns.get_nowait()
+                except queue.Empty:
+                    break
+                if self._reboot_stop.is_set():
+                    return
+                argv = self.runtime.argv(["slurmd", "-b", "-D", "-N", node, "-f", str(self.inner_conf)])
+                self.slurmd[node] = self.tracker.spawn(f"slurmd[{node}]", argv, env=self.env,
+                                                       log=self.workdir / "log" / "slurmd.stderr",
+                                                       order=ORDER_SLURMD)
+                self.reboots.append((node, seen, time.monotonic()))
+            for req in sorted(folder.iterdir()):
+                if req.name.startswith(".") or req.name not in self.slurmd:
+                    continue
+                req.unlink(missing_ok=True)
+                t = threading.Thread(target=self._reboot, args=(req.name, time.monotonic()), daemon=True)
+                self._reboot_threads.append(t)
+                t.start()
+
+    def _reboot(self, node: str, seen: float) -> None:
+        """The node goes down (its slurmd stops, as on a machine that reboots), and comes back after the delay."""
+        old = self.slurmd[node]
+        with contextlib.suppress(ProcessLookupError):
+            old.popen.send_signal(signal.SIGTERM)
+        try:
+            old.popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            old.popen.kill()
+            old.popen.wait()
+        if not self._reboot_stop.wait(self.reboot_delay):
+            self._spawns.put((node, seen))
 
     def _start_slurmd(self) -> None:
         """One ``slurmd -D -N`` per node, in batches: each slurmd spends CPU on hwloc at start, and

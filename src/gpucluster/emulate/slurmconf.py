@@ -176,7 +176,9 @@ class Layout:
     munge_socket: PurePosixPath
     emulated: tuple[str, ...] = ()  # nodes that get a slurmd -N here
     node_port_base: int = 0  # first Port of the emulated nodes' contiguous block
+    node_ports: Mapping[str, int] = field(default_factory=dict)  # ports kept from before (a grown cluster)
     absent_state: str | None = None  # State= for nodes without a slurmd (FUTURE, CLOUD) or keep
+    reboot_program: str | None = None  # the emulated reboot's command line, quoted (harness.REBOOT_SCRIPT)
 
 
 # Parameters that name files/dirs on the production hosts.
@@ -311,6 +313,9 @@ def adapt_slurm_conf(
         for key in _SCRIPTS:
             if conf.param(key) is not None:
                 setp(key, None, "script from the production hosts; would run once per emulated node here")
+        if layout.reboot_program is not None:
+            setp("RebootProgram", layout.reboot_program,
+                 "the emulated reboot: this node's slurmd is stopped and started again with -b (a new boot time)")
         sdp = [p for p in (conf.param("SlurmdParameters") or "").split(",") if p]
         if "config_overrides" not in sdp:
             setp(
@@ -347,19 +352,26 @@ def _adapt_nodes(conf: SlurmConf, layout: Layout, notes: list[Adaptation]) -> di
         here = [n for n in names if n in emulated]
         away = [n for n in names if n not in emulated]
         if here:
-            spec = hostlist.collect_hostlist(here)
-            order = hostlist.expand_hostlist(spec)
-            new = Line("", list(line.pairs))
-            new.pairs[0] = (line.pairs[0][0], spec)
-            new.set("NodeAddr", None)
-            new.set("BcastAddr", None)
-            new.set("NodeHostname", "localhost")
-            first = next_port
+            order = hostlist.expand_hostlist(hostlist.collect_hostlist(here))
+            runs: list[tuple[list[str], int]] = []  # nodes whose ports follow each other: one line each
             for n in order:
-                ports[n] = next_port
-                next_port += 1
-            new.set("Port", str(first) if len(order) == 1 else f"[{first}-{next_port - 1}]")
-            out.append(new)
+                if n in layout.node_ports:
+                    ports[n] = layout.node_ports[n]
+                else:
+                    ports[n] = next_port
+                    next_port += 1
+                if runs and ports[n] == runs[-1][1] + len(runs[-1][0]):
+                    runs[-1][0].append(n)
+                else:
+                    runs.append(([n], ports[n]))
+            for names, first in runs:
+                new = Line("", list(line.pairs))
+                new.pairs[0] = (line.pairs[0][0], hostlist.collect_hostlist(names))
+                new.set("NodeAddr", None)
+                new.set("BcastAddr", None)
+                new.set("NodeHostname", "localhost")
+                new.set("Port", str(first) if len(names) == 1 else f"[{first}-{first + len(names) - 1}]")
+                out.append(new)
         if away:
             new = Line("", list(line.pairs))
             new.pairs[0] = (line.pairs[0][0], hostlist.collect_hostlist(away))
@@ -380,7 +392,7 @@ def _adapt_nodes(conf: SlurmConf, layout: Layout, notes: list[Adaptation]) -> di
                 "slurm.conf",
                 "NodeName: NodeHostname/Port",
                 None,
-                f"NodeHostname=localhost Port=[{layout.node_port_base}-{next_port - 1}] "
+                f"NodeHostname=localhost Port=[{min(ports.values())}-{max(ports.values())}] "
                 f"for {plural(len(ports), 'node')}",
                 "every emulated slurmd runs here (slurmd -N NAME), each on its own port",
             )

@@ -51,6 +51,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from gpucluster.rollout.waves import WaveError, parse_max_unavailable, plan_waves, topology_units
 
     cluster, inventory, inv_state = _target(args)
+    if args.resize:
+        return _resize(cluster, args)
     folder = state_dir(cluster.name, args.state_dir or inv_state)
     if args.status:
         path = folder / state.NAME
@@ -124,6 +126,31 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     return 0
 
 
+def _resize(cluster, args: argparse.Namespace) -> int:
+    """--resize NEW_SPEC: the grow/shrink plan (rollout/resize.py). Only --dry-run from the command line: the
+    steps run through a resize.Controller, which the emulator provides and a real cluster's converge does not
+    yet (docs/operations.md, "Growing and shrinking")."""
+    from gpucluster.cluster import load_cluster
+    from gpucluster.rollout.resize import plan_resize
+
+    if not Path(args.resize).is_file():
+        raise UsageError(f"--resize {args.resize}: no such spec file; give the spec with the new node counts")
+    new = load_cluster(args.resize)
+    if new.name != cluster.name:
+        raise UsageError(f"--resize {args.resize}: cluster '{new.name}', not '{cluster.name}'; give the same "
+                         "cluster's spec with the node counts changed")
+    plan = plan_resize(cluster, new)
+    print(f"{cluster.name}: {len(plan.added)} nodes added, {len(plan.removed)} removed, {len(plan.kept)} kept; "
+          f"Slurm {plan.version} learns a node list by {plan.how}")
+    for i, step in enumerate(plan.steps(), 1):
+        print(f"  {i}. {step}")
+    if not args.dry_run:
+        raise UsageError("--resize runs only with --dry-run from the command line for now: the steps need a "
+                         "controller that installs the config and restarts the daemons (the emulator has one; "
+                         "see docs/operations.md, 'Growing and shrinking')")
+    return 0
+
+
 def _print_status(s: dict, path: Path, as_json: bool = False) -> None:
     from gpucluster.rollout.engine import summary
 
@@ -173,6 +200,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "node drained with a gpc: reason")
     p.add_argument("--state-dir", metavar="DIR", help="the cluster's private state folder (default: the inventory's, "
                                                        "else ~/.local/state/gpucluster/CLUSTER)")
+    p.add_argument("--resize", metavar="NEW_SPEC",
+                   help="grow or shrink to the node counts of NEW_SPEC: print the plan (with --dry-run): the hosts "
+                        "added and removed, and whether the release restarts or reconfigures to learn them")
     p.add_argument("--poll", type=float, default=5.0, help=argparse.SUPPRESS)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="print the waves; change nothing")

@@ -155,8 +155,11 @@ class Rollout:
             now = self.slurm.nodes(pending)
             for n in list(pending):
                 node = now.get(n)
-                if node is not None and "DOWN" in node.states and "reboot" in node.reason.lower():
-                    self.mark(n, "failed", f"{what}: {node.reason}")  # slurmctld's "reboot timed out"
+                if node is not None and "DOWN" in node.states and not node.rebooting and \
+                        "reboot" in node.reason.lower():
+                    # slurmctld's "reboot timed out"; while the reboot runs the node is DOWN+REBOOT_ISSUED with
+                    # "reboot issued" appended to our reason, which is no failure (seen on 22.05's daemons)
+                    self.mark(n, "failed", f"{what}: {node.reason}")
                     pending.remove(n)
                 elif node is not None and node.out and not self.ours(node) and not node.rebooting:
                     self.mark(n, "by-hand", f"taken out of service during the rollout: {node.reason}")

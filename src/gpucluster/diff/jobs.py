@@ -1,0 +1,70 @@
+"""The running jobs each change would hit (`gpucluster diff --inventory`): one `squeue` over the whole cluster,
+through the Slurm clients of the host diff runs on (a controller or login node; SLURM_CONF as the environment
+sets it), matched against the hosts each change touches.
+
+A change hits a job when the job runs on a host the change touches. What that means depends on the class:
+drain and reboot wait for those jobs to end (the nodes take no new job meanwhile); restart and reconfigure
+classes leave them running. The controller not answering is no error of the diff: the result says so."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import hostlist
+
+Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
+STATES = "RUNNING,COMPLETING,CONFIGURING,SUSPENDED"
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    user: str
+    name: str
+    nodes: frozenset[str]
+    nodelist: str
+
+    def as_json(self) -> dict:
+        return {"id": self.id, "user": self.user, "name": self.name, "nodes": self.nodelist}
+
+
+def local_runner(cmd: Sequence[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(list(cmd), capture_output=True, text=True, timeout=60, check=False)
+
+
+def running_jobs(run: Runner = local_runner) -> tuple[list[Job] | None, str | None]:
+    """(jobs, None) when the controller answered; (None, why) when it did not."""
+    cmd = ["squeue", "-h", "-t", STATES, "-o", "%i|%u|%N|%j"]
+    try:
+        res = run(cmd)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"squeue: {exc}"
+    if res.returncode != 0:
+        last = ((res.stderr or "").strip().splitlines() or [""])[-1]
+        return None, f"squeue exited {res.returncode}: {last[-300:]}"
+    jobs = []
+    for line in (res.stdout or "").splitlines():
+        parts = line.split("|", 3)
+        if len(parts) == 4:
+            jid, user, nodes, name = parts
+            names = frozenset(hostlist.expand_hostlist(nodes)) if nodes and nodes != "(null)" else frozenset()
+            jobs.append(Job(jid, user, name, names, nodes))
+    return jobs, None
+
+
+def touched(hosts: Sequence[str]) -> frozenset[str]:
+    """A change's hosts (node-group hostlist expressions, or single hosts) as single names."""
+    out: set[str] = set()
+    for h in hosts:
+        try:
+            out.update(hostlist.expand_hostlist(h))
+        except hostlist.BadHostlist:
+            out.add(h)
+    return frozenset(out)
+
+
+def hit(hosts: Sequence[str], jobs: Sequence[Job]) -> list[Job]:
+    mine = touched(hosts)
+    return [j for j in jobs if j.nodes & mine]
