@@ -101,9 +101,7 @@ def test_no_filter_is_named_like_a_variable():
     assert not clash, f"filters named like variables: {sorted(clash)}"
 
 
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(
-    p.name == "gpucluster_stacks.py", reason="driver templates still rendered in the filter", strict=True))
-    for p in sorted((ROOT / "plugins" / "filter").glob("*.py"))], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((ROOT / "plugins" / "filter").glob("*.py")), ids=lambda p: p.name)
 def test_a_filter_derives_nothing_itself(path):
     """A filter reads the compiled state (facts.json, rendered/); it never loads, plans or renders the spec."""
     tree = ast.parse(path.read_text())

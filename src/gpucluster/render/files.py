@@ -16,6 +16,7 @@ from gpucluster.errors import UsageError
 from gpucluster.fabric.cabling import CABLING_HEADER, bom_rows, cabling_rows
 from gpucluster.fabric.summary import plan_summary
 from gpucluster.outputs import write_set
+from gpucluster.render.drivers import render_drivers
 from gpucluster.render.health.files import generated as health_files
 from gpucluster.render.ibtopo import topofile
 from gpucluster.render.nccl import gpu_environment, nccl_settings
@@ -97,7 +98,8 @@ def _csv(rows: list[list]) -> str:
 
 def render_all(cluster: Cluster, *, cabling: bool = True) -> dict[str, Output]:
     """Every file `gpucluster render` writes, by name. Config files come from templates/ only: Slurm, NCCL,
-    the RoCE settings (render/roce.py), the storage tiers' daemon configs and mount units (render/storage.py)."""
+    the RoCE settings (render/roce.py), the storage tiers' daemon configs and mount units (render/storage.py),
+    the driver stacks' apt sources, pins and unit drop-ins (render/drivers.py)."""
     plan = cluster.plan
     out: dict[str, Output] = {}
     out.update(render_slurm(cluster))
@@ -108,6 +110,7 @@ def render_all(cluster: Cluster, *, cabling: bool = True) -> dict[str, Output]:
     out["plan.json"] = json.dumps(plan_summary(plan), indent=2) + "\n"
     out.update(switch_files(cluster.spec, plan))
     out.update(health_files(cluster))
+    out.update(render_drivers(cluster))
     if cabling:
         out["cabling.csv"] = lambda: _chain(CABLING_HEADER, cabling_rows(plan))
         if cluster.spec.fabric.type == "infiniband":
