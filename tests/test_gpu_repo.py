@@ -36,6 +36,7 @@ import os
 import re
 import shutil
 import subprocess
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,24 @@ def _stack() -> dict:
     stack = driver_stack(getattr(cluster, "spec", cluster), "h100")
     assert stack["fabric_manager"] and stack["pins"]["driver"]["version"] == "570.172.08-1"
     return filters._plain(stack)
+
+
+@cache
+def _state_dir() -> str:
+    """meta-24k-ib compiled into a private folder, as configure's compile play leaves it: the role reads its
+    files (the part pins) from rendered/ there (gpucluster_driver_files)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from gpucluster.cluster import load_cluster
+    from gpucluster.compiled import compile_to
+
+    top = tempfile.mkdtemp(prefix="gpc-gpu-repo-")
+    atexit.register(shutil.rmtree, top, True)
+    state = Path(top) / "state"
+    compile_to(load_cluster(example_path("meta-24k-ib")), state)
+    return str(state)
 
 
 def _newer_branch() -> str:
@@ -245,7 +264,8 @@ def role_variables(stack: dict, release: int = 12) -> dict:
     """The role's vars (vars/Debian.yml, then vars/Debian-<release>.yml), its defaults, and this host's stack
     as preflight sets it."""
     extra = ROLE / "vars" / f"Debian-{release}.yml"
-    variables = {**DEFAULTS, **ROLE_VARS, **(yaml.safe_load(extra.read_text()) if extra.exists() else {})}
+    variables = {**DEFAULTS, **ROLE_VARS, **(yaml.safe_load(extra.read_text()) if extra.exists() else {}),
+                 "gpucluster_state_dir": _state_dir()}
     preflight = _task(ROLE / "tasks" / "preflight.yml",
                       lambda t: "__nvidia_gpu_stack" in (t.get("ansible.builtin.set_fact") or {}))
     expr = preflight["ansible.builtin.set_fact"]["__nvidia_gpu_stack"]

@@ -5,8 +5,9 @@ module list and slurmd drop-in are checked as files: golden copies under tests/g
 (regenerate with GPUCLUSTER_UPDATE_GOLDEN=1 and review the diff), and, independently of the goldens,
 that what they pin is exactly the version lock's row for the SKU (src/gpucluster/catalog.py).
 
-The files come from the same filter the roles call (plugins/filter/gpucluster_stacks.py), with the
-parts each role installs read from the role's own vars/Debian.yml.
+The files come from the renderer `render_all` uses (gpucluster.render.drivers), with the parts each role
+installs read from the role's own vars/Debian.yml (held equal to render.driver_render.ROLE_PARTS below), and the
+node's URIs filled in by the filter the roles call (plugins/filter/gpucluster_stacks.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import yaml
 from conftest import GOLDEN_DIR, ROOT, example_data, load_file, skip_or_fail, spec_from_data
 
 from gpucluster.catalog import GPUS, RELEASES, STACKS, rocm_build
+from gpucluster.render import drivers as driver_render
 from gpucluster.spec import stacks
 
 GOLDEN = GOLDEN_DIR / "drivers"
@@ -76,10 +78,23 @@ def rendered(case: str) -> dict[str, str]:
     out = {}
     for role in roles:
         parts = [] if role == "rdma" else role_parts(role, vendor)
-        for name, text in filters.driver_files(stack, role, parts, mirror).items():
-            if isinstance(text, str) and text:
+        for name, text in driver_render.driver_files(stack, role, parts).items():
+            if name == "sources" and text:  # the node's Debian mirror, as the role fills it in
+                kind = "ofed" if role == "rdma" else "driver"
+                text = filters._node_uris(text, [r["uri"] for r in filters.repositories(stack, kind, mirror)])
+            if text:
                 out[f"{role}.{name}"] = text
     return out
+
+
+@pytest.mark.parametrize("role", sorted(driver_render.ROLE_PARTS))
+def test_the_renderer_pins_the_parts_each_role_installs(role: str) -> None:
+    """render.driver_render.ROLE_PARTS (what the rendered pins cover) is what the role's vars install."""
+    path = ROOT / "roles" / role / "vars" / "Debian.yml"
+    parts = yaml.safe_load(path.read_text()).get(f"__{role}_parts", []) if path.exists() else []
+    want = {v: parts for v in ("nvidia", "amd")} if isinstance(parts, list) else parts
+    got = {v: p for v, p in driver_render.ROLE_PARTS[role].items() if v}
+    assert got == {v: want.get(v, []) for v in got}
 
 
 GOLDEN_CASES = [(case, name) for case in CASES for name in sorted(rendered(case))]
@@ -173,7 +188,7 @@ def test_nvswitch_board_orders_slurmd_after_fabric_manager() -> None:
     # A 4-GPU board has no NVSwitch: no Fabric Manager pin, no ordering on it.
     four = stacks.driver_stack(spec_for("h100-sxm5-80g", count=4), "gpu")
     assert not four["fabric_manager"] and "fabric_manager" not in four["pins"]
-    assert "fabricmanager" not in filters.driver_files(four, "nvidia_gpu", role_parts("nvidia_gpu", "nvidia"))[
+    assert "fabricmanager" not in driver_render.driver_files(four, "nvidia_gpu", role_parts("nvidia_gpu", "nvidia"))[
         "slurmd_dropin"]
 
 

@@ -7,7 +7,7 @@ never parse the spec again. Each filter takes plain data and returns plain data 
   gpucluster_facts(state_dir, section) one section of facts.json (e.g. slurm, node_groups, or files: the
                                        rendered files each node group takes, by purpose)
   gpucluster_storage(state_dir)        flash and NFS tiers: mounts, units, replicas, servers, exports
-  gpucluster_fabric(state_dir)         fabric type, RoCE QoS (DSCP, PFC, ECN, MTU), InfiniBand SM
+  gpucluster_fabric_facts(state_dir)   fabric type, RoCE QoS (DSCP, PFC, ECN, MTU), InfiniBand SM
   gpucluster_nccl(state_dir)           per GPU node group: nccl.conf / env script names and text
   gpucluster_apt_names(pkgs, version)  apt's NAME=VERSION list; pkgs a list (one version) or {name: version}
 
@@ -90,7 +90,8 @@ class FilterModule:
         return {
             "gpucluster_facts": facts,
             "gpucluster_storage": storage_facts,
-            "gpucluster_fabric": fabric_facts,
+            # Not `gpucluster_fabric`: a filter is never named like a variable (tests/test_fact_channel.py).
+            "gpucluster_fabric_facts": fabric_facts,
             "gpucluster_nccl": nccl_files,
             "gpucluster_apt_names": apt_names,
         }

@@ -1,12 +1,13 @@
 """Ansible filters for the driver-stack roles (nvidia_gpu, amd_gpu, rdma, nccl) and slurm_health.
 
 Why filters: what a node group installs is decided once, in Python, from the spec and the version lock
-(`gpucluster.spec.stacks`), and the files the roles write come from gpucluster's own Jinja environment
-(templates/drivers/, templates/health/), so the golden tests render exactly what a role installs.
-The filters run on the Ansible controller, which needs the gpucluster package importable.
+(`gpucluster.spec.stacks`, compiled into facts.json), and the files the roles write are files of the
+compiled rendered/ folder (`render_all`, gpucluster.render.drivers), so the golden tests hold exactly what
+a role installs. Nothing is rendered here. The filters run on the Ansible controller.
 
   gpucluster_driver_stack(state_dir, group=None)   driver_stack() of one group, or {group: stack} of all
-  gpucluster_driver_files(stack, role, parts, mirror='')  {sources, pins, peermem, slurmd_dropin}: file texts
+  gpucluster_driver_files(state_dir, stack, role, mirror='')  {sources, pins, peermem, slurmd_dropin, probes}:
+                                                   rendered/'s texts, the sources with the node's URIs
   gpucluster_pinned(stack, parts)                  {package: version} of the parts a role installs
   gpucluster_probe_report(uri_results)             '' or "repository not reachable: URL (why); ..."
   gpucluster_library_skip(facts)                   why the nccl role skips the library on a host ('' if not)
@@ -29,8 +30,6 @@ from pathlib import Path
 from typing import Any
 
 KEYRING_DIR = "/etc/apt/keyrings"
-# The roles that write a package source (nccl installs from the one its GPU role wrote).
-SOURCE_ROLES = ("nvidia_gpu", "amd_gpu", "rdma")
 # /dev/null: what `podman run --device /dev/null:/dev/nvidia0` puts at a GPU's path on staged nodes.
 STAND_IN_DEVICE = "1:3"
 # Staged nodes whose Slurm constrains devices get one number per GPU instead: major 120, reserved for local
@@ -83,31 +82,37 @@ def repositories(stack: dict, kind: str = "driver", mirror: str = "") -> list[di
     return out
 
 
-def driver_files(stack: dict, role: str, parts: list[str], mirror: str = "") -> dict[str, str]:
-    """The files a role installs for its part of the stack, rendered from templates/drivers/.
-    '' for a file the stack does not need (the role removes it then)."""
-    gc = _gpucluster()
-    import gpucluster.render
+_URIS = re.compile(r"^URIs:.*$", re.MULTILINE)
 
-    env = gpucluster.render.environment()
-    stack = _plain(stack)
-    kind = "ofed" if role == "rdma" else "driver"
-    repos = repositories(stack, kind, mirror)
-    pins = {p: stack["pins"][p] for p in parts if p in stack.get("pins", {})}
-    ctx = {"stack": stack, "role": role, "repositories": repos, "pins": pins, "version": gc.__version__}
-    out = {
-        "sources": env.get_template("drivers/apt.sources.j2").render(ctx) if repos and role in SOURCE_ROLES else "",
-        "pins": env.get_template("drivers/apt-pins.pref.j2").render(ctx) if pins else "",
-        "peermem": "",
-        "slurmd_dropin": "",
-        # What the role asks before it writes a source: an unreachable one would break every apt update.
-        "probes": [r["probe"] for r in repos],
-    }
-    if role == "nvidia_gpu":
-        if stack.get("peermem"):
-            out["peermem"] = env.get_template("drivers/nvidia-peermem.conf.j2").render(ctx)
-        if stack.get("fabric_manager") or stack.get("persistenced"):
-            out["slurmd_dropin"] = env.get_template("drivers/slurmd-nvidia.conf.j2").render(ctx)
+
+def _node_uris(text: str, uris: list[str]) -> str:
+    """The rendered sources with each stanza's `URIs:` the node's: its Debian mirror where the stack takes the
+    Debian archive, NVIDIA's path for its Debian release (for_release). A deb822 field set as data, in order."""
+    found = _URIS.findall(text)
+    if len(found) != len(uris):
+        raise ValueError(f"the rendered sources have {len(found)} stanzas, the stack {len(uris)} repositories: "
+                         "recompile (playbooks/compile.yml)")
+    values = iter(uris)
+    return _URIS.sub(lambda _m: f"URIs: {next(values)}", text)
+
+
+def driver_files(state_dir: str, stack: dict, role: str, mirror: str = "") -> dict:
+    """{sources, pins, peermem, slurmd_dropin, probes} of a role's part of a node group's stack: the texts
+    `render_all` wrote into rendered/ (gpucluster.render.drivers; facts.json's `driver_files` names them,
+    `<role>_<kind>`), '' for a file the stack does not need (the role removes it then); the sources with the
+    node's URIs; and the URLs the role asks before it writes a source (an unreachable one would break every
+    apt update). Nothing is rendered here."""
+    stack = _plain(stack or {})
+    folder = Path(str(state_dir)) / "compiled"
+    names = _compiled_facts(state_dir)["driver_files"].get(str(stack.get("group")), {})
+    out: dict = {}
+    for kind in ("sources", "pins", "peermem", "slurmd_dropin"):
+        name = names.get(f"{role}_{kind}")
+        out[kind] = (folder / "rendered" / name).read_text() if name else ""
+    repos = repositories(stack, "ofed" if role == "rdma" else "driver", mirror)
+    if out["sources"]:
+        out["sources"] = _node_uris(out["sources"], [r["uri"] for r in repos])
+    out["probes"] = [r["probe"] for r in repos]
     return out
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from gpucluster import __version__
 from gpucluster.cluster import Cluster, load_cluster
 from gpucluster.render import render_all, templates_dir
+from gpucluster.render.drivers import driver_texts
 from gpucluster.render.files import nccl_texts, profile_differences
 from gpucluster.render.health.files import facts as health_facts
 from gpucluster.render.roce import roce_texts
@@ -33,7 +34,8 @@ from gpucluster.spec import stacks
 COMPILED = "compiled"
 # What every Slurm host carries (topology.yaml replaces topology.conf from Slurm 25.05).
 SLURM_HOST_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf", "topology.yaml")
-FACTS_VERSION = 3  # 2: `files` (the rendered file each node group takes), storage settings; 3: health, drivers
+FACTS_VERSION = 4  # 2: `files` (the rendered file each node group takes), storage settings; 3: health, drivers;
+# 4: driver_files (the driver stacks' rendered files)
 
 
 @cache
@@ -98,6 +100,7 @@ def facts(cluster: Cluster, rendered: dict[str, str]) -> dict:
                   "files": sorted(n for n in rendered if n in SLURM_HOST_FILES)},
         "health": health_facts(cluster),
         "drivers": stacks.driver_stacks(spec),
+        "driver_files": _driver_files(cluster),
         "rendered": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in sorted(rendered.items())},
     }
 
@@ -122,6 +125,15 @@ def _files(cluster: Cluster) -> dict[str, dict]:
     for group, (name, _text) in roce_texts(cluster).items():
         out[group]["roce_qos"] = name
     return out
+
+
+def _driver_files(cluster: Cluster) -> dict[str, dict[str, str]]:
+    """Node group -> the rendered driver-stack files its roles install, as `<role>_<kind>` (nvidia_gpu_sources,
+    nvidia_gpu_pins, nvidia_gpu_peermem, nvidia_gpu_slurmd_dropin, amd_gpu_*, nccl_pins, rdma_sources:
+    render/drivers.py). The roles read their texts through gpucluster_driver_files, which fills in the node's
+    URIs; a kind not named is a file the stack does not need."""
+    return {group: {f"{role}_{kind}": name for role, files in roles.items() for kind, (name, _t) in files.items()}
+            for group, roles in driver_texts(cluster).items()}
 
 
 def compile_to(cluster: Cluster, state_dir: str | os.PathLike) -> Path:

@@ -4,6 +4,7 @@ the work is in gpucluster.inventory)."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from gpucluster.cli import print_json, report_flags
@@ -24,10 +25,23 @@ def cmd_inventory(args: argparse.Namespace) -> int:
     else:
         if not args.spec:
             raise UsageError("give a SPEC, or --pulumi-stack NAME to read the inventory a stack exported")
+        from gpucluster.cluster import load_cluster
         from gpucluster.inventory.build import build_inventory
 
+        state = None
+        if args.state_dir:  # 0700 and ours, checked before anything is written (as `stage up` makes its own)
+            from gpucluster.paths import private_dir
+
+            state = private_dir(Path(args.state_dir).expanduser().absolute())
+        cluster = load_cluster(args.spec)  # the one parse and plan of the production path
         path = build_inventory(args.spec, args.output, ssh_config=args.ssh_config, hosts_file=args.hosts,
-                               state_dir=args.state_dir)
+                               state_dir=state, cluster=cluster)
+        if state is not None:
+            from gpucluster.compiled import ensure_compiled
+
+            # This load compiles: configure's compile play then finds the stamp unchanged and parses nothing.
+            compiled, _now = ensure_compiled(cluster.source, state, cluster)
+            print(f"compiled {cluster.spec.name} into {compiled}", file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print_json({"inventory": str(path), "group_vars": str(path.parent / "group_vars")})
         return 0
@@ -51,7 +65,8 @@ def register(sub) -> None:
     src.add_argument("--hosts", metavar="FILE", help="how to reach each node, from a CSV file with the header "
                      "hostname,address[,port][,user]; one line per spec host")
     src.add_argument("--pulumi-stack", metavar="STACK", help="read the inventory a `pulumi up` of this stack exported")
-    p.add_argument("--state-dir", metavar="DIR", help="record this private state folder in the inventory (default: "
-                   "each operator's own, $XDG_STATE_HOME/gpucluster/<cluster>)")
+    p.add_argument("--state-dir", metavar="DIR", help="record this private state folder in the inventory and compile "
+                   "the spec into it (created 0700; configure then parses nothing; default: each operator's own, "
+                   "$XDG_STATE_HOME/gpucluster/<cluster>, compiled by configure's first play)")
     report_flags(p, "what was written as JSON: inventory, group_vars")
     p.set_defaults(func=cmd_inventory)

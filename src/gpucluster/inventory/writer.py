@@ -1,11 +1,17 @@
 """Build and write the Ansible inventory of a compiled cluster: one writer for staged and real clusters.
 
+An inventory carries two things only (docs/architecture.md, "Where a fact comes from"): how to reach each
+host, and which groups it is in. Every fact derived from the spec (the Slurm release, the fabric, the HCAs)
+reaches roles through `<state>/compiled/facts.json`, never through here, so an inventory written before a
+spec edit cannot contradict the compiled facts. `INVENTORY_VARS` is that contract, and
+tests/test_fact_channel.py holds this writer and every role to it.
+
 Group names are a contract (docs/inventory.md); roles, playbooks, the validation suite and the Pulumi
-stack outputs rely on them. Facts shared by many hosts are group facts, never copies per host: a node
-group's facts are `group_vars/nodegroup_<name>.yml`, the cluster's are `group_vars/all.yml`, and a
-node's leaf, rack and pod are small groups of host ranges (`gpu[0001:0032]`). So the size of hosts.yml
-grows with node groups, leaves and racks, not with nodes (Colossus 200k: 12 MB before, ~0.3 MB now).
-Connection details (address, port, user, key) are the only per-host data, and only where given.
+stack outputs rely on them. A group's label (`gpucluster_node_group`, `gpucluster_leaf`, ...) is written
+once per group, never per host: `group_vars/nodegroup_<name>.yml` for a node group, and a node's leaf,
+rack and pod are small groups of host ranges (`gpu[0001:0032]`). So the size of hosts.yml grows with node
+groups, leaves and racks, not with nodes (Colossus 200k: 12 MB before, ~0.3 MB now). Connection details
+(address, port, user, key) are the only per-host data, and only where given.
 """
 
 from __future__ import annotations
@@ -29,6 +35,14 @@ DEFAULT_DIRS = {
                             "'HOME') ~ '/.local/state') }}/gpucluster/{{ gpucluster_cluster }}",
     "gpucluster_secrets_dir": "{{ gpucluster_state_dir }}/secrets",
 }
+# The contract: every variable an inventory gpucluster writes may hold, and so every inventory variable a
+# role, playbook or filter may read (tests/test_fact_channel.py). Nothing here is derived from the spec
+# beyond a name: where the spec is, where its compiled state is, and which group a host is in.
+CONNECTION_VARS = ("ansible_host", "ansible_port", "ansible_user", "ansible_ssh_private_key_file",
+                   "ansible_ssh_common_args", "ansible_connection", "ansible_python_interpreter")
+POINTER_VARS = ("gpucluster_cluster", "gpucluster_spec", "gpucluster_state_dir", "gpucluster_secrets_dir")
+MEMBERSHIP_VARS = ("gpucluster_node_group", "gpucluster_leaf", "gpucluster_pod", "gpucluster_rack")
+INVENTORY_VARS = CONNECTION_VARS + POINTER_VARS + MEMBERSHIP_VARS
 HEADER = "# written by gpucluster (docs/inventory.md); `gpucluster inventory` rewrites it.\n"
 
 
@@ -45,12 +59,9 @@ def host_range(group: NodeGroup, first: int, count: int) -> str:
     return f"{head}[{lo:0{group.digits}d}:{lo + count - 1:0{group.digits}d}]{tail}"
 
 
-def _group_facts(cluster: Cluster, group: NodeGroup) -> dict:
-    out: dict = {"gpucluster_node_group": group.name}
-    if group in cluster.spec.fabric_groups:
-        out["gpucluster_rails"] = group.nics_per_node
-        out["gpucluster_hcas"] = cluster.hcas(group)
-    return out
+def _group_label(group: NodeGroup) -> dict:
+    """A node group's one variable: its name, the key of its entry in facts.json (node_groups, files, ...)."""
+    return {"gpucluster_node_group": group.name}
 
 
 def inventory_data(cluster: Cluster, connection: dict[str, dict] | None = None,
@@ -67,7 +78,7 @@ def inventory_data(cluster: Cluster, connection: dict[str, dict] | None = None,
             hosts = {h: (dict(connection[h]) if connection.get(h) else None) for h in group.hosts}
         else:
             hosts = {host_range(group, 0, group.count): None}
-        children[name] = {"hosts": hosts, "vars": _group_facts(cluster, group)}
+        children[name] = {"hosts": hosts, "vars": _group_label(group)}
         for c in cluster.memberships(group):
             contract[c].setdefault("children", {})[name] = None
     if cluster.dbd_host:
@@ -88,8 +99,9 @@ def inventory_data(cluster: Cluster, connection: dict[str, dict] | None = None,
             name = f"rack{rack:04d}"
             locations[f"rack_{name}"] = {"hosts": {host_range(group, first, count): None},
                                          "vars": {"gpucluster_rack": name}}
-    all_vars = {"gpucluster_cluster": spec.name, "gpucluster_slurm_version": spec.slurm.version,
-                "gpucluster_fabric": spec.fabric.type, **DEFAULT_DIRS, **(extra_vars or {})}
+    # The cluster's name keys the per-operator state folder (DEFAULT_DIRS); the Slurm release, the fabric and
+    # every other derived fact are facts.json's alone.
+    all_vars = {"gpucluster_cluster": spec.name, **DEFAULT_DIRS, **(extra_vars or {})}
     return {"all": {"vars": all_vars, "children": {**children, **contract, **locations}}}
 
 

@@ -16,6 +16,7 @@ from gpucluster.errors import UsageError
 from gpucluster.fabric.cabling import CABLING_HEADER, bom_rows, cabling_rows
 from gpucluster.fabric.summary import plan_summary
 from gpucluster.outputs import write_set
+from gpucluster.render.drivers import render_drivers
 from gpucluster.render.health.files import generated as health_files
 from gpucluster.render.ibtopo import topofile
 from gpucluster.render.imex import render_imex
@@ -98,7 +99,8 @@ def _csv(rows: list[list]) -> str:
 
 def render_all(cluster: Cluster, *, cabling: bool = True) -> dict[str, Output]:
     """Every file `gpucluster render` writes, by name. Config files come from templates/ only: Slurm, NCCL,
-    the RoCE settings (render/roce.py), the storage tiers' daemon configs and mount units (render/storage.py)."""
+    the RoCE settings (render/roce.py), the storage tiers' daemon configs and mount units (render/storage.py),
+    the driver stacks' apt sources, pins and unit drop-ins (render/drivers.py)."""
     plan = cluster.plan
     out: dict[str, Output] = {}
     out.update(render_slurm(cluster))
@@ -110,6 +112,7 @@ def render_all(cluster: Cluster, *, cabling: bool = True) -> dict[str, Output]:
     out.update(switch_files(cluster.spec, plan))
     out.update(health_files(cluster))
     out.update(render_imex(cluster))  # IMEX nodes_config per NVLink domain (render/imex.py)
+    out.update(render_drivers(cluster))
     if cabling:
         out["cabling.csv"] = lambda: _chain(CABLING_HEADER, cabling_rows(plan))
         if cluster.spec.fabric.type == "infiniband":

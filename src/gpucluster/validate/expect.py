@@ -98,7 +98,9 @@ def build(inv: Inventory, opts: Options, *, state_dir: str | None = None) -> dic
             "node_group": group_name,
             "rack": h.vars.get("gpucluster_rack"),
             "leaf": h.vars.get("gpucluster_leaf"),
-            "hcas": list(h.vars.get("gpucluster_hcas") or []),
+            # The HCAs are a compiled fact (facts.json), never an inventory variable (docs/architecture.md).
+            "hcas": list((ng or {}).get("nic", {}).get("hcas") or []) if "fabric_ib" in h.groups
+            or "fabric_roce" in h.groups else [],
             "ssh": h.ssh(),
         }
         if ng is not None and "gpu" in ng:
