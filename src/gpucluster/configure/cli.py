@@ -13,11 +13,15 @@ EXAMPLES = """examples:
   gpucluster configure inventories/prod --secrets ~/.config/gpucluster/secrets/prod.json --check --diff
   gpucluster configure inventories/prod --secrets secrets.json
   gpucluster configure inventories/prod --secrets secrets.json --tags slurm --limit 'gpu[001-064]' --batch 32
+  gpucluster configure inventories/prod --secrets secrets.json --pull --concurrency 128
 """
 
 
 def cmd_configure(args: argparse.Namespace) -> int:
     from gpucluster.configure.runner import configure, summary
+
+    if _pulls(args):
+        return _cmd_pull(args)
 
     def log(text: str) -> None:
         print(text, flush=True)
@@ -27,6 +31,40 @@ def cmd_configure(args: argparse.Namespace) -> int:
                        batch=args.batch, state_dir=args.state_dir, verbose=args.verbose, log=log, live=None)
     print(summary(result), flush=True)
     return 0 if result.ok else 1
+
+
+def _pulls(args: argparse.Namespace) -> bool:
+    """--pull, --push, or neither: pull when the fleet is large (gpucluster.converge.pull.PULL_ABOVE)."""
+    if getattr(args, "pull", False) or getattr(args, "push", False):
+        return bool(args.pull)
+    from gpucluster.converge.pull import wants_pull
+
+    return wants_pull(args.inventory, args.limit)
+
+
+def _cmd_pull(args: argparse.Namespace) -> int:
+    """The fleet by pull; with neither --pull nor --push, the controller hosts by push first."""
+    from gpucluster.configure.runner import configure, summary
+    from gpucluster.converge.pull import fleet, pull
+    from gpucluster.converge.pull import summary as pull_summary
+    from gpucluster.inventory.reader import inventory_file, load_inventory
+
+    def log(text: str) -> None:
+        print(text, flush=True)
+
+    ok = True
+    if not args.pull:  # the default chose pull: the hosts that never pull converge by push first
+        _pull_hosts, push_hosts = fleet(load_inventory(inventory_file(args.inventory)), args.limit)
+        pushed = configure(args.inventory, playbook=args.playbook, limit=",".join(push_hosts), tags=args.tags,
+                           project=args.project_dir, secrets=args.secrets, check=args.check, diff=args.diff,
+                           state_dir=args.state_dir, verbose=args.verbose, log=log, live=None)
+        print(summary(pushed), flush=True)
+        ok = pushed.ok
+    result = pull(args.inventory, limit=args.limit, tags=args.tags, check=args.check, diff=args.diff,
+                  secrets=args.secrets, state_dir=args.state_dir, project=args.project_dir,
+                  concurrency=args.concurrency, log=log)
+    print(pull_summary(result), flush=True)
+    return 0 if ok and result.ok else 1
 
 
 def cmd_secrets(args: argparse.Namespace) -> int:
@@ -78,6 +116,14 @@ def register(sub) -> None:
     p.add_argument("--project-dir", help="folder with ansible.cfg, playbooks/, roles/ (default: $GPUCLUSTER_HOME "
                    "or the checkout)")
     p.add_argument("-v", "--verbose", action="store_true", help="also print Ansible's own output")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--pull", action="store_true", help="the fleet converges itself: each node fetches the compiled "
+                      "bundle from the Slurm controller, checks its sha256 and runs the same roles locally; one line "
+                      "per host (default from 64 fleet hosts up; docs/roles.md, 'Converging a fleet')")
+    mode.add_argument("--push", action="store_true", help="Ansible on this machine reaches every host (default below "
+                      "64 fleet hosts; always for the Slurm controller and slurmdbd, and to install the pull runner)")
+    p.add_argument("--concurrency", type=int, default=64, metavar="N", help="with pull: nodes converging at once "
+                   "(default 64)")
     p.set_defaults(func=cmd_configure)
 
     q = sub.add_parser("secrets", help="write the cluster's secrets (munge key, slurmdbd password) to a 0600 "
