@@ -189,3 +189,19 @@ def test_the_node_script_needs_only_the_standard_library():
     out = subprocess.run([sys.executable, "-I", "-S", "-c", f"import runpy; runpy.run_path({str(SCRIPT)!r})"],
                          capture_output=True, text=True, check=False)
     assert "ModuleNotFoundError" not in out.stderr, out.stderr
+
+
+def test_the_node_reads_gpuclusters_code_from_the_bundle_not_from_the_controllers_paths(compiled):
+    """facts.json names the health scripts by their folder in gpucluster; on a node that folder is the bundle's."""
+    import json
+
+    import gpucluster
+    from gpucluster.converge.bundle import bundle_files
+
+    folder, inv, _d = compiled
+    files = bundle_files(folder, ROOT, inv)
+    text = files["compiled/facts.json"].decode()
+    package = str(Path(gpucluster.__file__).resolve().parent)
+    assert package not in text
+    scripts = json.loads(text)["health"]["scripts_dir"]
+    assert not scripts.startswith("/") and f"{scripts}/decide.py" in files

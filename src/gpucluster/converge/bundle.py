@@ -39,6 +39,10 @@ show_task_path_on_failure = True
 display_ok_hosts = False
 display_skipped_hosts = False
 nocolor = True
+
+[connection]
+# Modules run through the interpreter's stdin, without a temporary file per task (local connection too).
+pipelining = True
 """
 
 PROJECT_PARTS = ("roles", "plugins", "playbooks")
@@ -76,9 +80,7 @@ def _module_dir(name: str) -> Path:
 
 def bundle_files(compiled: Path, project: Path, inventory: Path) -> dict[str, bytes]:
     """{name in the bundle: bytes} of everything a node needs, MANIFEST not yet included."""
-    files: dict[str, bytes] = {}
-    for name in ("facts.json",):
-        files[f"compiled/{name}"] = (compiled / name).read_bytes()
+    files: dict[str, bytes] = {"compiled/facts.json": node_facts(compiled / "facts.json")}
     for name, path in _walk(compiled / "rendered", "compiled/rendered"):
         files[name] = path.read_bytes()
     for part in PROJECT_PARTS:
@@ -102,6 +104,23 @@ def bundle_files(compiled: Path, project: Path, inventory: Path) -> dict[str, by
     for name, path in _walk(_module_dir("ansible"), "python/ansible"):
         files[name] = path.read_bytes()
     return files
+
+
+def node_facts(path: Path) -> bytes:
+    """facts.json as a node reads it: paths into gpucluster's own code (the health scripts) made relative to the
+    bundle, where that code travels (python/gpucluster); the roles' filters resolve them against the bundle."""
+    package = str(_module_dir("gpucluster"))
+
+    def rewrite(value):
+        if isinstance(value, dict):
+            return {k: rewrite(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [rewrite(v) for v in value]
+        if isinstance(value, str) and (value == package or value.startswith(package + "/")):
+            return "python/gpucluster" + value[len(package):]
+        return value
+
+    return json.dumps(rewrite(json.loads(path.read_bytes())), indent=1, sort_keys=True).encode()
 
 
 def manifest(files: dict[str, bytes]) -> bytes:
