@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inventory", help="with --compare: a staged, converged cluster's inventory (left up)")
     parser.add_argument("--secrets", help="with --compare --inventory: its secrets file")
     parser.add_argument("--repeat", type=int, default=1, help="with --compare: measure each mode N times")
+    parser.add_argument("--modes", default="push,pull", help="with --compare: of push-all (every host by push), "
+                        "push (the fleet by push), pull (the fleet by pull), comma separated")
     args = parser.parse_args(argv)
     if args.compare:
         return compare(args)
@@ -154,8 +156,10 @@ def compare(args) -> int:
         r = pull(inventory, secrets=args.secrets, log=quiet)
         return r.changed, r.ok
 
-    modes = [("push, every host", len(inv.hosts), push_all), ("push, the fleet", len(pull_hosts), push_fleet),
-             ("pull, the fleet", len(pull_hosts), pull_fleet)]
+    known = {"push-all": ("push, every host", len(inv.hosts), push_all),
+             "push": ("push, the fleet", len(pull_hosts), push_fleet),
+             "pull": ("pull, the fleet", len(pull_hosts), pull_fleet)}
+    modes = [known[m.strip()] for m in args.modes.split(",") if m.strip() in known]
     print(f"{'mode':18s} {'hosts':>5s} {'wall s':>7s} {'ctl CPU s':>9s} {'ctl s/host':>10s} {'nodes CPU s':>11s} "
           f"{'changes':>7s}", flush=True)
     for _ in range(max(1, args.repeat)):
