@@ -120,7 +120,7 @@ def compare(args) -> int:
     from converge_cost import become_subreaper, container_cgroups, measure
 
     from gpucluster.configure import configure
-    from gpucluster.converge.pull import fleet, pull
+    from gpucluster.configure.pull import fleet, pull
     from gpucluster.inventory.reader import inventory_file, load_inventory
 
     subreaper = become_subreaper()
@@ -144,6 +144,12 @@ def compare(args) -> int:
                      "hosts": len(inv.hosts), "fleet": pull_hosts, "push_only": push_hosts,
                      "subreaper": subreaper, "node_cgroups": len(cgroups), "runs": []}
 
+    secret_values = None
+    if args.secrets:
+        from gpucluster.configure.secrets import checked_secrets
+
+        secret_values, _raw = checked_secrets(args.secrets)
+
     def push_all():
         r = configure(inventory, secrets=args.secrets, log=quiet)
         return r.changed, r.ok
@@ -153,7 +159,7 @@ def compare(args) -> int:
         return r.changed, r.ok
 
     def pull_fleet():
-        r = pull(inventory, secrets=args.secrets, log=quiet)
+        r = pull(inventory, secrets=secret_values, log=quiet)
         return r.changed, r.ok
 
     known = {"push-all": ("push, every host", len(inv.hosts), push_all),

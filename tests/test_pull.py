@@ -8,6 +8,7 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import io
+import json
 import subprocess
 import sys
 import tarfile
@@ -55,7 +56,7 @@ def _small(files: dict[str, bytes]) -> dict[str, bytes]:
 
 
 def test_the_bundle_is_named_by_its_manifest_and_built_the_same_twice(compiled):
-    from gpucluster.converge.bundle import build
+    from gpucluster.configure.bundle import build
 
     folder, inv, d = compiled
     one = build(folder, ROOT, inv, d / "state")
@@ -74,7 +75,7 @@ def test_the_bundle_is_named_by_its_manifest_and_built_the_same_twice(compiled):
 
 
 def test_a_change_to_the_nccl_settings_gives_a_new_bundle(compiled):
-    from gpucluster.converge.bundle import bundle_files, manifest
+    from gpucluster.configure.bundle import bundle_files, manifest
 
     folder, inv, _d = compiled
     files = bundle_files(folder, ROOT, inv)
@@ -85,7 +86,7 @@ def test_a_change_to_the_nccl_settings_gives_a_new_bundle(compiled):
 
 
 def test_a_bundle_holding_a_secret_is_refused(compiled):
-    from gpucluster.converge.bundle import bundle_files, refuse_secrets
+    from gpucluster.configure.bundle import bundle_files, refuse_secrets
 
     folder, inv, _d = compiled
     files = bundle_files(folder, ROOT, inv)
@@ -96,7 +97,7 @@ def test_a_bundle_holding_a_secret_is_refused(compiled):
 
 
 def _packed(files: dict[str, bytes], extra: dict[str, bytes] | None = None, symlink: str = "") -> tuple[bytes, str]:
-    from gpucluster.converge.bundle import manifest, pack
+    from gpucluster.configure.bundle import manifest, pack
 
     text = manifest(files)
     data = pack({**files, **(extra or {}), "MANIFEST": text})
@@ -130,7 +131,7 @@ def test_the_node_refuses_a_bundle_that_is_not_the_promised_one(tmp_path, how):
     if how == "wrong hash":
         want = "0" * 64
     elif how == "changed file":
-        from gpucluster.converge.bundle import manifest, pack
+        from gpucluster.configure.bundle import manifest, pack
 
         data = pack({**FILES, "compiled/facts.json": b'{"evil": 1}', "MANIFEST": manifest(FILES)})
     elif how == "extra file":
@@ -149,14 +150,15 @@ def _proc(stdout: str, rc: int = 0, stderr: str = "") -> subprocess.CompletedPro
 
 
 def test_one_line_per_host_carries_changed_failed_and_the_bundle():
-    from gpucluster.converge.pull import _parse
+    from gpucluster.configure.pull import _parse
 
     want = "a" * 64
-    ok = _parse("gpu01", _proc('noise\n{"bundle": "%s", "changed": 2, "failed": 0, "rc": 0, "seconds": 9.5, '
-                                '"changes": ["nccl : Config"]}\n' % want), want)
+    line = json.dumps({"bundle": want, "changed": 2, "failed": 0, "rc": 0, "seconds": 9.5,
+                       "changes": ["nccl : Config"]})
+    ok = _parse("gpu01", _proc(f"noise\n{line}\n"), want)
     assert (ok.changed, ok.failed, ok.bundle) == (2, 0, want)
     assert "gpu01  ok  changed=2 failed=0 bundle=aaaaaaaaaaaa" in ok.line() and "nccl : Config" in ok.line()
-    stale = _parse("gpu02", _proc('{"bundle": "%s", "changed": 0, "failed": 0, "rc": 0}\n' % ("b" * 64)), want)
+    stale = _parse("gpu02", _proc(json.dumps({"bundle": "b" * 64, "changed": 0, "failed": 0, "rc": 0}) + "\n"), want)
     assert stale.failed and "not aaaaaaaaaaaa" in stale.error
     missing = _parse("gpu03", _proc("", 127, "bash: gpucluster-pull: command not found"), want)
     assert missing.failed and "--push --tags pull" in missing.error
@@ -165,7 +167,7 @@ def test_one_line_per_host_carries_changed_failed_and_the_bundle():
 
 
 def test_controllers_and_slurmdbd_stay_push_and_the_fleet_pulls(compiled):
-    from gpucluster.converge.pull import PULL_ABOVE, fleet, wants_pull
+    from gpucluster.configure.pull import PULL_ABOVE, fleet, wants_pull
     from gpucluster.inventory.reader import load_inventory
 
     _folder, inv, _d = compiled
@@ -196,7 +198,7 @@ def test_the_node_reads_gpuclusters_code_from_the_bundle_not_from_the_controller
     import json
 
     import gpucluster
-    from gpucluster.converge.bundle import bundle_files
+    from gpucluster.configure.bundle import bundle_files
 
     folder, inv, _d = compiled
     files = bundle_files(folder, ROOT, inv)

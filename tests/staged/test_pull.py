@@ -25,10 +25,15 @@ def _need_converged(c) -> None:
 
 
 def _pull(c, inventory: Path, label: str, **kwargs):
-    from gpucluster.converge.pull import pull, summary
+    from gpucluster.configure.pull import pull, summary
 
     lines: list[str] = []
-    result = pull(inventory, secrets=c.secrets_file, log=lines.append, **kwargs)
+    values = None
+    if c.secrets_file:
+        from gpucluster.configure.secrets import checked_secrets
+
+        values, _raw = checked_secrets(c.secrets_file)
+    result = pull(inventory, secrets=values, log=lines.append, **kwargs)
     (c.logs / f"pull-{label}.log").write_text("\n".join(lines) + "\n" + summary(result) + "\n")
     return result
 
@@ -61,7 +66,7 @@ def test_a_pull_of_a_converged_cluster_changes_nothing_and_reports_the_bundle(st
     c = staged_cluster
     _need_converged(c)
     result = _pull(c, c.inventory, "noop")
-    from gpucluster.converge.pull import fleet
+    from gpucluster.configure.pull import fleet
     from gpucluster.inventory.reader import load_inventory
 
     want, _push = fleet(load_inventory(c.inventory))

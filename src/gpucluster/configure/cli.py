@@ -34,19 +34,19 @@ def cmd_configure(args: argparse.Namespace) -> int:
 
 
 def _pulls(args: argparse.Namespace) -> bool:
-    """--pull, --push, or neither: pull when the fleet is large (gpucluster.converge.pull.PULL_ABOVE)."""
+    """--pull, --push, or neither: pull when the fleet is large (gpucluster.configure.pull.PULL_ABOVE)."""
     if getattr(args, "pull", False) or getattr(args, "push", False):
         return bool(args.pull)
-    from gpucluster.converge.pull import wants_pull
+    from gpucluster.configure.pull import wants_pull
 
     return wants_pull(args.inventory, args.limit)
 
 
 def _cmd_pull(args: argparse.Namespace) -> int:
     """The fleet by pull; with neither --pull nor --push, the controller hosts by push first."""
+    from gpucluster.configure.pull import fleet, pull
+    from gpucluster.configure.pull import summary as pull_summary
     from gpucluster.configure.runner import configure, summary
-    from gpucluster.converge.pull import fleet, pull
-    from gpucluster.converge.pull import summary as pull_summary
     from gpucluster.inventory.reader import inventory_file, load_inventory
 
     def log(text: str) -> None:
@@ -60,8 +60,13 @@ def _cmd_pull(args: argparse.Namespace) -> int:
                            state_dir=args.state_dir, verbose=args.verbose, log=log, live=None)
         print(summary(pushed), flush=True)
         ok = pushed.ok
+    values = None
+    if args.secrets:
+        from gpucluster.configure.secrets import checked_secrets
+
+        values, _raw = checked_secrets(args.secrets)
     result = pull(args.inventory, limit=args.limit, tags=args.tags, check=args.check, diff=args.diff,
-                  secrets=args.secrets, state_dir=args.state_dir, project=args.project_dir,
+                  secrets=values, state_dir=args.state_dir, project=args.project_dir,
                   concurrency=args.concurrency, log=log)
     print(pull_summary(result), flush=True)
     return 0 if ok and result.ok else 1

@@ -1,7 +1,7 @@
 """One renderer for every generated file: the CLI and the Ansible roles both call `render_all`.
 
 The names are imported on first use (gpucluster._lazy): a node converging itself from a bundle
-(gpucluster.converge) runs the roles' filters with gpucluster.render.environment(), and that must
+(gpucluster.configure.pull) runs the roles' filters with gpucluster.render.environment(), and that must
 not import the spec models (pydantic), which a node does not have.
 """
 

@@ -25,7 +25,7 @@ from gpucluster.paths import private_dir
 # The Ansible settings a node runs the bundle with: the repository's ansible.cfg, less what only the
 # controller has (the profile callback's collection, SSH settings), plus quiet output (only changes).
 NODE_ANSIBLE_CFG = """\
-# Written by gpucluster (gpucluster.converge.bundle): the settings a node converges itself with.
+# Written by gpucluster (gpucluster.configure.bundle): the settings a node converges itself with.
 [defaults]
 roles_path = roles
 library = plugins/modules

@@ -138,12 +138,14 @@ def publish(inv: Inventory, bundle, log: Log) -> str:
 
 
 def pull(inventory: str | os.PathLike, *, limit: str | None = None, tags: str | None = None,
-         check: bool = False, diff: bool = False, secrets: str | os.PathLike | None = None,
+         check: bool = False, diff: bool = False, secrets: dict[str, str] | None = None,
          state_dir: str | os.PathLike | None = None, project: str | os.PathLike | None = None,
          concurrency: int = CONCURRENCY, log: Log = print) -> PullResult:
-    """Converge the fleet hosts of `inventory` by pull; never raises for host failures."""
+    """Converge the fleet hosts of `inventory` by pull; never raises for host failures. `secrets` are the values
+    of the operator's checked secrets file (configure.secrets.checked_secrets): only to refuse a bundle that
+    holds one; none of them travels."""
     from gpucluster.compiled import ensure_compiled
-    from gpucluster.converge.bundle import build
+    from gpucluster.configure.bundle import build
 
     cpu0, started = _cpu(), time.monotonic()
     if concurrency < 1:
@@ -158,12 +160,8 @@ def pull(inventory: str | os.PathLike, *, limit: str | None = None, tags: str | 
         raise UsageError(f"{inv.path}: not a gpucluster inventory (no gpucluster_spec)")
     state, _secrets_dir = state_dirs(inv.vars, state_dir)
     compiled, _fresh = ensure_compiled(str(spec), state)
-    values = {}
-    if secrets is not None:
-        from gpucluster.configure.secrets import checked_secrets
-
-        values, _raw = checked_secrets(secrets)
-    bundle = build(compiled, ansible_dir(project), inv.path, state, {k: str(v) for k, v in values.items()})
+    values = {k: str(v) for k, v in (secrets or {}).items()}
+    bundle = build(compiled, ansible_dir(project), inv.path, state, values)
     url = publish(inv, bundle, log)
     remote = ["gpucluster-pull", "run", "--hash", bundle.hash, "--url", url]
     if tags:
