@@ -187,7 +187,8 @@ def health(state_dir: str) -> dict:
     goes where (gpucluster.render.health.files.facts)."""
     facts = _compiled_facts(state_dir)["health"]
     scripts = str(facts.get("scripts_dir") or "")
-    if scripts and not scripts.startswith("/"):  # a node's bundle: gpucluster's code travels in it (gpucluster.configure.bundle)
+    # a node's bundle: gpucluster's code travels in it (gpucluster.configure.bundle)
+    if scripts and not scripts.startswith("/"):
         facts = {**facts, "scripts_dir": str(Path(str(state_dir)) / scripts)}
     return facts
 
