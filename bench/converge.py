@@ -1,6 +1,13 @@
-"""How long a staged cluster takes to converge: stage up, first configure, second configure, per role.
+"""How long a staged cluster takes to converge: stage up, first configure, second configure, per role;
+then what a no-op converge costs by push and by pull, in the same run (--compare).
 
     .venv/bin/python bench/converge.py [SPEC] [--keep] [--json FILE]
+    .venv/bin/python bench/converge.py --compare [--inventory INV] [--secrets FILE] [--repeat N] [--json FILE]
+
+--compare measures, on a converged cluster, the controller's CPU-seconds (this process and every process it
+started, bench/converge_cost.py) per host and the wall time of: a push of every host, a push of the fleet
+(the hosts that pull), and a pull of the fleet; and the nodes' CPU (their containers' cgroups) beside it.
+With --inventory it uses that staged cluster (already converged, with the pull runner) and leaves it up.
 
 Prints the times (targets for examples/staging.yaml on a 2-core development machine: stage up plus
 first configure under 10 min, second configure under 2 min) and the per-role wall times of both
@@ -36,7 +43,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("spec", nargs="?", default=str(ROOT / "examples" / "staging.yaml"))
     parser.add_argument("--keep", action="store_true", help="leave the staged cluster up")
     parser.add_argument("--json", help="also write the numbers to this file")
+    parser.add_argument("--compare", action="store_true", help="no-op converge: push versus pull, controller and "
+                        "nodes' CPU apart")
+    parser.add_argument("--inventory", help="with --compare: a staged, converged cluster's inventory (left up)")
+    parser.add_argument("--secrets", help="with --compare --inventory: its secrets file")
+    parser.add_argument("--repeat", type=int, default=1, help="with --compare: measure each mode N times")
+    parser.add_argument("--modes", default="push,pull", help="with --compare: of push-all (every host by push), "
+                        "push (the fleet by push), pull (the fleet by pull), comma separated")
     args = parser.parse_args(argv)
+    if args.compare:
+        return compare(args)
 
     from gpucluster.cluster import load_cluster
     from gpucluster.configure import configure
@@ -83,6 +99,90 @@ def main(argv: list[str] | None = None) -> int:
         else:
             down(StageConfig(cluster=spec.name, state_dir=state), log=quiet)
             shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+def _staged_containers(inventory: Path) -> dict[str, str]:
+    """node -> podman container of a staged inventory (named by its cluster and state folder)."""
+    from gpucluster.inventory.reader import load_inventory
+    from gpucluster.inventory.state import literal
+    from gpucluster.stage.podman import StageConfig, container_name
+
+    inv = load_inventory(inventory)
+    cfg = StageConfig(cluster=str(literal(inv.vars["gpucluster_cluster"])),
+                      state_dir=Path(str(literal(inv.vars["gpucluster_state_dir"]))))
+    return {h: container_name(cfg, h) for h in inv.hosts}
+
+
+def compare(args) -> int:
+    """Push versus pull on one converged cluster, each measured in this process (bench/converge_cost.py)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from converge_cost import become_subreaper, container_cgroups, measure
+
+    from gpucluster.configure import configure
+    from gpucluster.configure.pull import fleet, pull
+    from gpucluster.inventory.reader import inventory_file, load_inventory
+
+    subreaper = become_subreaper()
+    base = None
+    if args.inventory:
+        inventory = inventory_file(args.inventory)
+    else:
+        from gpucluster.stage.lifecycle import stage_up
+
+        base = Path(tempfile.mkdtemp(prefix="gpucluster-bench-"))
+        _staged, inventory = stage_up(args.spec, state=str(base / "state"), inventory=str(base / "inventory"),
+                                      log=lambda _l: None)
+        first = configure(inventory, log=lambda _l: None)
+        print(f"first configure {first.elapsed:.1f} s ({'ok' if first.ok else 'FAILED'})", flush=True)
+    inv = load_inventory(inventory)
+    pull_hosts, push_hosts = fleet(inv)
+    names = _staged_containers(inventory)
+    cgroups = container_cgroups(names)
+    quiet = lambda _line: None  # noqa: E731
+    numbers: dict = {"inventory": str(inventory), "cpus": os.cpu_count(), "load_before": _load(),
+                     "hosts": len(inv.hosts), "fleet": pull_hosts, "push_only": push_hosts,
+                     "subreaper": subreaper, "node_cgroups": len(cgroups), "runs": []}
+
+    secret_values = None
+    if args.secrets:
+        from gpucluster.configure.secrets import checked_secrets
+
+        secret_values, _raw = checked_secrets(args.secrets)
+
+    def push_all():
+        r = configure(inventory, secrets=args.secrets, log=quiet)
+        return r.changed, r.ok
+
+    def push_fleet():
+        r = configure(inventory, secrets=args.secrets, limit=",".join(pull_hosts), log=quiet)
+        return r.changed, r.ok
+
+    def pull_fleet():
+        r = pull(inventory, secrets=secret_values, log=quiet)
+        return r.changed, r.ok
+
+    known = {"push-all": ("push, every host", len(inv.hosts), push_all),
+             "push": ("push, the fleet", len(pull_hosts), push_fleet),
+             "pull": ("pull, the fleet", len(pull_hosts), pull_fleet)}
+    modes = [known[m.strip()] for m in args.modes.split(",") if m.strip() in known]
+    print(f"{'mode':18s} {'hosts':>5s} {'wall s':>7s} {'ctl CPU s':>9s} {'ctl s/host':>10s} {'nodes CPU s':>11s} "
+          f"{'changes':>7s}", flush=True)
+    for _ in range(max(1, args.repeat)):
+        for label, hosts, run in modes:
+            cost = measure(label, hosts, run, cgroups)
+            numbers["runs"].append({**cost.row(), "load_after": _load()})
+            print(f"{label:18s} {hosts:5d} {cost.wall_s:7.1f} {cost.controller_cpu_s:9.2f} "
+                  f"{cost.controller_per_host:10.3f} {cost.nodes_cpu_s:11.1f} {cost.changed:7d}"
+                  f"{'' if cost.ok else '  FAILED'}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(numbers, indent=2) + "\n")
+    if base is not None and not args.keep:
+        from gpucluster.cluster import load_cluster
+        from gpucluster.stage.podman import StageConfig, down
+
+        down(StageConfig(cluster=load_cluster(args.spec).spec.name, state_dir=base / "state"), log=quiet)
+        shutil.rmtree(base, ignore_errors=True)
     return 0
 
 

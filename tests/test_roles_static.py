@@ -26,7 +26,7 @@ from conftest import load_file
 
 ROOT = Path(__file__).resolve().parent.parent
 ROLES = ("common", "munge", "slurm_common", "slurm_controller", "slurm_compute", "slurm_dbd", "slurm_login",
-         "flash_storage", "nfs")
+         "flash_storage", "nfs", "pull_runner")
 SECRET_PATHS = ("munge_key_path", "password_path", "slurm_dbd_conf_path")
 
 
@@ -470,7 +470,7 @@ def test_no_secret_files_are_tracked_by_git():
 
 # ---------------------------------------------------------------- tags and batches (configure --tags/--batch)
 
-CONCERNS = {"common", "gpu", "rdma", "nccl", "storage", "munge", "slurm", "health"}
+CONCERNS = {"common", "gpu", "rdma", "nccl", "storage", "munge", "slurm", "health", "pull"}
 
 
 @pytest.mark.parametrize("book", ["site.yml", "hardware.yml", "storage.yml", "compile.yml", "health.yml"])

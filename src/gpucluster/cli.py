@@ -286,6 +286,8 @@ RENDER_FAMILIES = (
     ("NCCL", r"nccl\.conf|nccl-env\.sh"),
     ("host and switch RoCE QoS", r"roce-qos\.conf|[a-z]+-(sonic|eos)-qos\.(json|cfg)"),
     ("storage daemons and mounts", r"mfs[a-z]*\.cfg|ganesha\.conf|[a-z0-9-]+\.mount"),
+    ("driver and library apt sources and pins",
+     r"apt-[a-z_]+-[a-z0-9_-]+\.(sources|pref)|nvidia-peermem-[a-z0-9_-]+\.conf|slurmd-nvidia-[a-z0-9_-]+\.conf"),
     ("IMEX domain node lists", r"imex-domain\.[A-Za-z0-9_.-]+\.hosts"),
     ("health checks", r"gpucluster-health(-[a-z]+)?(\.service|\.timer)?|health-config\.[a-z0-9_-]+\.json"),
     ("cabling.csv", r"cabling\.csv"),

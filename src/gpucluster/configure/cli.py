@@ -14,12 +14,15 @@ from gpucluster.cli import print_json, report_flags
 
 EXAMPLES = """examples:
   gpucluster configure inventories/prod --secrets ~/.config/gpucluster/secrets/prod.json --check --diff
-  gpucluster configure inventories/prod --secrets secrets.json --tags slurm --limit 'gpu[001-064]' --batch 32
+  gpucluster configure inventories/prod --secrets secrets.json --pull --concurrency 128
 """
 
 
 def cmd_configure(args: argparse.Namespace) -> int:
     from gpucluster.configure.runner import configure, summary
+
+    if _pulls(args):
+        return _cmd_pull(args)
 
     def log(text: str) -> None:
         print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
@@ -32,6 +35,52 @@ def cmd_configure(args: argparse.Namespace) -> int:
     else:
         print(summary(result), flush=True)
     return 0 if result.ok else 1
+
+
+def _pulls(args: argparse.Namespace) -> bool:
+    """--pull, --push, or neither: pull when the fleet is large (gpucluster.configure.pull.PULL_ABOVE)."""
+    if getattr(args, "pull", False) or getattr(args, "push", False):
+        return bool(args.pull)
+    from gpucluster.configure.pull import wants_pull
+
+    return wants_pull(args.inventory, args.limit)
+
+
+def _cmd_pull(args: argparse.Namespace) -> int:
+    """The fleet by pull; with neither --pull nor --push, the controller hosts by push first."""
+    from gpucluster.configure.pull import fleet, pull
+    from gpucluster.configure.pull import summary as pull_summary
+    from gpucluster.configure.runner import configure, summary
+    from gpucluster.inventory.reader import inventory_file, load_inventory
+
+    out = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the one JSON document
+
+    def log(text: str) -> None:
+        print(text, file=out, flush=True)
+
+    ok = True
+    if not args.pull:  # the default chose pull: the hosts that never pull converge by push first
+        _pull_hosts, push_hosts = fleet(load_inventory(inventory_file(args.inventory)), args.limit)
+        pushed = configure(args.inventory, playbook=args.playbook, limit=",".join(push_hosts), tags=args.tags,
+                           project=args.project_dir, secrets=args.secrets, check=args.check, diff=args.diff,
+                           state_dir=args.state_dir, verbose=args.verbose, log=log, live=None)
+        print(summary(pushed), file=out, flush=True)
+        ok = pushed.ok
+    values = None
+    if args.secrets:
+        from gpucluster.configure.secrets import checked_secrets
+
+        values, _raw = checked_secrets(args.secrets)
+    result = pull(args.inventory, limit=args.limit, tags=args.tags, check=args.check, diff=args.diff,
+                  secrets=values, state_dir=args.state_dir, project=args.project_dir,
+                  concurrency=args.concurrency, log=log)
+    print(pull_summary(result), file=out, flush=True)
+    if args.json:
+        from dataclasses import asdict
+
+        print_json({"ok": ok and result.ok, "bundle": result.bundle, "push_hosts": result.push_hosts,
+                    "seconds": round(result.elapsed, 3), "hosts": {h: asdict(r) for h, r in result.hosts.items()}})
+    return 0 if ok and result.ok else 1
 
 
 def cmd_secrets(args: argparse.Namespace) -> int:
@@ -89,6 +138,14 @@ def register(sub) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="also print Ansible's own output")
     report_flags(p, "the run's result as JSON: ok, hosts (per host counts), failures, role_times, changes, diffs "
                     "(progress lines go to stderr)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--pull", action="store_true", help="the fleet converges itself: each node fetches the compiled "
+                      "bundle from the Slurm controller, checks its sha256 and runs the same roles locally; one line "
+                      "per host (default from 64 fleet hosts up; docs/roles.md, 'Converging a fleet')")
+    mode.add_argument("--push", action="store_true", help="Ansible on this machine reaches every host (default below "
+                      "64 fleet hosts; always for the Slurm controller and slurmdbd, and to install the pull runner)")
+    p.add_argument("--concurrency", type=int, default=64, metavar="N", help="with pull: nodes converging at once "
+                   "(default 64)")
     p.set_defaults(func=cmd_configure)
 
     q = sub.add_parser("secrets", help="write the cluster's secrets (munge key, slurmdbd password) to a 0600 "

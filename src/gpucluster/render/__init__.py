@@ -1,6 +1,13 @@
-"""One renderer for every generated file: the CLI and the Ansible roles both call `render_all`."""
+"""One renderer for every generated file: the CLI and the Ansible roles both call `render_all`.
 
-from gpucluster.render.files import nccl_file_for, render_all, write_outputs
-from gpucluster.render.templating import environment, templates_dir
+The names are imported on first use (gpucluster._lazy): a node converging itself from a bundle
+(gpucluster.configure.pull) runs the roles' filters with gpucluster.render.environment(), and that must
+not import the spec models (pydantic), which a node does not have.
+"""
 
-__all__ = ["environment", "nccl_file_for", "render_all", "templates_dir", "write_outputs"]
+from gpucluster._lazy import lazy_exports
+
+__all__, __getattr__ = lazy_exports(__name__, {
+    ".files": ("nccl_file_for", "render_all", "write_outputs"),
+    ".templating": ("environment", "templates_dir"),
+})

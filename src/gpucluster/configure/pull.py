@@ -1,0 +1,207 @@
+"""`gpucluster configure INVENTORY --pull`: compile once, pack the bundle once, publish it on the Slurm
+controller, then have every fleet node fetch it, check its hash and converge itself (gpucluster-pull, from
+the pull_runner role) with bounded concurrency. One line per host comes back: changed, failed, the bundle.
+
+Why the controller's cost stays flat: per host it starts one `ssh NODE gpucluster-pull run --hash H ...` and
+reads one JSON line; the ~170 tasks run on the node, with the node's CPU. Push costs an Ansible worker per
+host per task on the controller (docs/roles.md, "Converging a fleet", has the measured figures).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shlex
+import subprocess
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from gpucluster.errors import UsageError
+from gpucluster.inventory.reader import Inventory, inventory_file, load_inventory
+from gpucluster.inventory.state import state_dirs
+from gpucluster.paths import ansible_dir
+
+Log = Callable[[str], None]
+
+# Hosts that converge by push whatever the mode: few, and they hold the secrets (munge key, slurmdbd password,
+# MariaDB) that a bundle, readable by every node, must never carry.
+PUSH_ONLY_GROUPS = ("slurm_controller", "slurm_dbd")
+# configure's default: pull when the fleet (hosts outside PUSH_ONLY_GROUPS) has at least this many hosts.
+PULL_ABOVE = 64
+# How many nodes converge at once by default: each one runs its own Ansible, so the bound is the bundle
+# server's and the network's, not this machine's CPU.
+CONCURRENCY = 64
+PORT = 8079
+SSH_OPTIONS = ("ConnectTimeout=15", "ServerAliveInterval=15")
+
+
+@dataclass
+class HostResult:
+    host: str
+    changed: int = 0
+    failed: int = 0
+    bundle: str = ""
+    seconds: float = 0.0
+    fetched: bool = False
+    changes: list[str] = field(default_factory=list)
+    error: str = ""
+
+    def line(self) -> str:
+        verdict = "FAILED" if self.failed else "ok"
+        text = (f"{self.host}  {verdict}  changed={self.changed} failed={self.failed} bundle={self.bundle[:12] or '-'}"
+                f"{' (fetched)' if self.fetched else ''}  {self.seconds:.1f}s")
+        if self.changes:
+            text += "  changed: " + "; ".join(self.changes[:6]) + (" ..." if len(self.changes) > 6 else "")
+        if self.error:
+            text += f"  error: {self.error}"
+        return text
+
+
+@dataclass
+class PullResult:
+    bundle: str
+    hosts: dict[str, HostResult]
+    elapsed: float
+    push_hosts: list[str]
+    cpu_seconds: float = 0.0  # this process and its children (ssh), measured around the run
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.hosts) and not any(r.failed for r in self.hosts.values())
+
+    @property
+    def changed(self) -> int:
+        return sum(r.changed for r in self.hosts.values())
+
+
+def fleet(inv: Inventory, limit: str | None = None) -> tuple[list[str], list[str]]:
+    """(hosts that pull, hosts that stay push) among those `limit` selects."""
+    chosen = inv.select(limit)
+    push = {h for g in PUSH_ONLY_GROUPS for h in inv.group(g)}
+    return [h for h in chosen if h not in push], [h for h in chosen if h in push]
+
+
+def wants_pull(inventory: str | os.PathLike, limit: str | None = None) -> bool:
+    """configure's default mode: pull at PULL_ABOVE fleet hosts or more (docs/roles.md says why)."""
+    pull, _push = fleet(load_inventory(inventory_file(inventory)), limit)
+    return len(pull) >= PULL_ABOVE
+
+
+def _cpu() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _parse(host: str, proc: subprocess.CompletedProcess, want: str) -> HostResult:
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode == 127 or "gpucluster-pull: not found" in proc.stderr or "No such file" in proc.stderr:
+        return HostResult(host, failed=1, error="gpucluster-pull is not installed here: install the runner by push "
+                                                "first (gpucluster configure INVENTORY --push --tags pull)")
+    if not lines:
+        err = " ".join((proc.stderr or proc.stdout or f"ssh exited {proc.returncode}").split())[-600:]
+        return HostResult(host, failed=1, error=err)
+    try:
+        data = json.loads(lines[-1])
+    except json.JSONDecodeError:
+        return HostResult(host, failed=1, error=f"unreadable result line: {lines[-1][:200]}")
+    got = HostResult(host, changed=int(data.get("changed") or 0), failed=int(data.get("failed") or 0),
+                     bundle=str(data.get("bundle") or ""), seconds=float(data.get("seconds") or 0),
+                     fetched=bool(data.get("fetched")), changes=list(data.get("changes") or []),
+                     error=str(data.get("error") or ""))
+    if got.bundle != want:
+        got.failed, got.error = 1, f"ran bundle {got.bundle[:12]}, not {want[:12]}"
+    if proc.returncode and not got.failed:
+        got.failed, got.error = 1, got.error or f"exited {proc.returncode}"
+    return got
+
+
+def publish(inv: Inventory, bundle, log: Log) -> str:
+    """Store the bundle on every Slurm controller (checked there too); the URL nodes fetch it from."""
+    servers = inv.group("slurm_controller")
+    if not servers:
+        raise UsageError(f"{inv.path}: no slurm_controller host to serve the bundle from (docs/inventory.md)")
+    data = bundle.path.read_bytes()
+    for host in servers:
+        proc = subprocess.run(inv.hosts[host].ssh_argv(f"gpucluster-pull store {bundle.hash}", *SSH_OPTIONS),
+                              input=data, capture_output=True, timeout=300, check=False)
+        if proc.returncode != 0:
+            err = " ".join(proc.stderr.decode(errors="replace").split())[-400:]
+            raise UsageError(f"{host}: cannot publish the bundle ({err or f'exit {proc.returncode}'}); is the runner "
+                             "installed? gpucluster configure INVENTORY --push --tags pull")
+    url = str(inv.vars.get("gpucluster_bundle_url") or f"http://{servers[0]}:{PORT}")
+    log(f"pull: bundle {bundle.hash[:12]} ({bundle.files} files, {bundle.size // 1024} KiB) published on "
+        f"{', '.join(servers)}; nodes fetch it from {url}")
+    return url
+
+
+def pull(inventory: str | os.PathLike, *, limit: str | None = None, tags: str | None = None,
+         check: bool = False, diff: bool = False, secrets: dict[str, str] | None = None,
+         state_dir: str | os.PathLike | None = None, project: str | os.PathLike | None = None,
+         concurrency: int = CONCURRENCY, log: Log = print) -> PullResult:
+    """Converge the fleet hosts of `inventory` by pull; never raises for host failures. `secrets` are the values
+    of the operator's checked secrets file (configure.secrets.checked_secrets): only to refuse a bundle that
+    holds one; none of them travels."""
+    from gpucluster.compiled import ensure_compiled
+    from gpucluster.configure.bundle import build
+
+    cpu0, started = _cpu(), time.monotonic()
+    if concurrency < 1:
+        raise UsageError(f"--concurrency {concurrency}: give at least 1")
+    inv = load_inventory(inventory_file(inventory))
+    hosts, push_hosts = fleet(inv, limit)
+    if not hosts:
+        raise UsageError(f"{inv.path}: no host to pull{f' in --limit {limit}' if limit else ''}: the Slurm controller "
+                         "and slurmdbd hosts converge by push (gpucluster configure INVENTORY --push)")
+    spec = inv.vars.get("gpucluster_spec")
+    if not spec:
+        raise UsageError(f"{inv.path}: not a gpucluster inventory (no gpucluster_spec)")
+    state, _secrets_dir = state_dirs(inv.vars, state_dir)
+    compiled, _fresh = ensure_compiled(str(spec), state)
+    values = {k: str(v) for k, v in (secrets or {}).items()}
+    bundle = build(compiled, ansible_dir(project), inv.path, state, values)
+    url = publish(inv, bundle, log)
+    remote = ["gpucluster-pull", "run", "--hash", bundle.hash, "--url", url]
+    if tags:
+        remote += ["--tags", tags]
+    if check:
+        remote.append("--check")
+    if diff:
+        remote.append("--diff")
+    width = min(concurrency, len(hosts))
+    log(f"pull: {len(hosts)} hosts, {width} at a time{' (check mode: nothing is changed)' if check else ''}")
+
+    def one(host: str) -> HostResult:
+        command = shlex.join([*remote, "--host", host])
+        try:
+            proc = subprocess.run(inv.hosts[host].ssh_argv(command, *SSH_OPTIONS), capture_output=True, text=True,
+                                  stdin=subprocess.DEVNULL, timeout=3600, check=False)
+        except subprocess.TimeoutExpired:
+            return HostResult(host, failed=1, error="no answer within an hour")
+        result = _parse(host, proc, bundle.hash)
+        log(result.line())
+        return result
+
+    with ThreadPoolExecutor(max_workers=width, thread_name_prefix="pull") as pool:
+        results = {r.host: r for r in pool.map(one, hosts)}
+    return PullResult(bundle=bundle.hash, hosts=results, elapsed=time.monotonic() - started, push_hosts=push_hosts,
+                      cpu_seconds=_cpu() - cpu0)
+
+
+def summary(result: PullResult) -> str:
+    failed = sorted(h for h, r in result.hosts.items() if r.failed)
+    changed = sorted(h for h, r in result.hosts.items() if r.changed)
+    lines = [""]
+    if failed:
+        lines.append(f"failed hosts: {', '.join(failed)}")
+    if changed:
+        lines.append(f"changed hosts: {', '.join(changed)}")
+    if result.push_hosts:
+        lines.append(f"by push, not pulled: {', '.join(result.push_hosts)} (gpucluster configure INVENTORY --push "
+                     f"--limit {':'.join(result.push_hosts)})")
+    verdict = "converged by pull" if result.ok else "NOT converged"
+    lines.append(f"{verdict}: {len(result.hosts)} hosts, {result.changed} changes, bundle {result.bundle}, "
+                 f"{result.elapsed:.1f} s, {result.cpu_seconds:.2f} CPU-s here")
+    return "\n".join(lines)

@@ -1,0 +1,105 @@
+"""Converging the staged cluster by pull (issue 19; docs/roles.md "Converging a fleet").
+
+On the session's `staged_cluster` (converged by push, which installed the pull runner: site.yml's pull play):
+a pull of the fleet changes nothing and every host reports the bundle the operator built; a change to the NCCL
+settings in the spec reaches every GPU node by pull (and only them), then the session's spec again.
+No second cluster comes up. Measured on the shared 2-core development machine at load 25-30: the no-op pull took
+330-377 s and the NCCL change and its restore 178 s. A push no-op took 446 s there, against 122-130 s in CI,
+so expect about 3 minutes in CI (an estimate, not measured there), most of it the nodes' own Ansible.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.staged
+
+
+def _need_converged(c) -> None:
+    if not c.first_configure.ok:
+        pytest.fail(f"the first configure did not converge ({c.first_configure.failures}); see "
+                    f"{c.first_configure.log_path}", pytrace=False)
+
+
+def _pull(c, inventory: Path, label: str, **kwargs):
+    from gpucluster.configure.pull import pull, summary
+
+    lines: list[str] = []
+    values = None
+    if c.secrets_file:
+        from gpucluster.configure.secrets import checked_secrets
+
+        values, _raw = checked_secrets(c.secrets_file)
+    result = pull(inventory, secrets=values, log=lines.append, **kwargs)
+    (c.logs / f"pull-{label}.log").write_text("\n".join(lines) + "\n" + summary(result) + "\n")
+    return result
+
+
+def _bundle_hash(c, inventory: Path) -> str:
+    import json
+
+    from gpucluster.inventory.reader import load_inventory
+    from gpucluster.inventory.state import state_dirs
+
+    state, _ = state_dirs(load_inventory(inventory).vars)
+    return json.loads((state / "bundles" / "current.json").read_text())["hash"]
+
+
+def _inventory_with_qps(c, tmp_path: Path, qps: int) -> Path:
+    """An inventory of a copy of the staged spec whose fabric asks NCCL for `qps` queue pairs per connection."""
+    data = yaml.safe_load(Path(c.spec_path).read_text())
+    data["fabric"]["qps_per_connection"] = qps
+    spec = tmp_path / "nccl-changed.yaml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    inv = tmp_path / "inventory-nccl-changed"
+    res = subprocess.run([sys.executable, "-m", "gpucluster.cli", "inventory", str(spec), "-o", str(inv),
+                          "--ssh-config", str(c.staged.ssh_config), "--state-dir", str(tmp_path / "state-nccl")],
+                         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr
+    return inv
+
+
+def test_a_pull_of_a_converged_cluster_changes_nothing_and_reports_the_bundle(staged_cluster):
+    c = staged_cluster
+    _need_converged(c)
+    result = _pull(c, c.inventory, "noop")
+    from gpucluster.configure.pull import fleet
+    from gpucluster.inventory.reader import load_inventory
+
+    want, _push = fleet(load_inventory(c.inventory))
+    assert sorted(result.hosts) == sorted(want) and set(c.hosts("gpu_nvidia")) <= set(result.hosts)
+    failed = {h: r.error for h, r in result.hosts.items() if r.failed}
+    assert not failed, f"pull failed on {failed} (log {c.logs / 'pull-noop.log'})"
+    changed = {h: r.changes for h, r in result.hosts.items() if r.changed}
+    assert not changed, f"a pull of a converged cluster changed {changed}"
+    built = _bundle_hash(c, c.inventory)
+    assert {r.bundle for r in result.hosts.values()} == {built} == {result.bundle}
+
+
+@pytest.mark.disruptive  # the NCCL settings differ for a while, then the session's spec is pulled again
+def test_an_nccl_change_reaches_every_gpu_node_by_pull(staged_cluster, tmp_path):
+    c = staged_cluster
+    _need_converged(c)
+    gpus = c.hosts("gpu_nvidia")
+    changed_inv = _inventory_with_qps(c, tmp_path, 2)
+    try:
+        result = _pull(c, changed_inv, "nccl-changed", tags="nccl")
+        failed = {h: r.error for h, r in result.hosts.items() if r.failed}
+        assert not failed, f"pull failed on {failed}"
+        assert {h for h, r in result.hosts.items() if r.changed} == set(gpus), (
+            {h: r.changes for h, r in result.hosts.items()})
+        assert {r.bundle for r in result.hosts.values()} == {_bundle_hash(c, changed_inv)}
+        for host in gpus:
+            conf = c.exec(host, "cat", "/etc/nccl.conf", check=True).stdout
+            assert "NCCL_IB_QPS_PER_CONNECTION=2" in conf, f"{host}: {conf}"
+    finally:
+        restored = _pull(c, c.inventory, "nccl-restored", tags="nccl")
+    assert restored.ok and {h for h, r in restored.hosts.items() if r.changed} == set(gpus)
+    for host in gpus:
+        conf = c.exec(host, "cat", "/etc/nccl.conf", check=True).stdout
+        assert "NCCL_IB_QPS_PER_CONNECTION=1" in conf, f"{host}: {conf}"
