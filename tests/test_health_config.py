@@ -153,7 +153,7 @@ def test_job_scripts_carry_the_cap_and_the_floor(active_cluster) -> None:
 def test_role_data_ships_the_node_scripts_as_they_are(clusters) -> None:
     """The role copies the node scripts from the package folder the facts name, and the generated files from
     the compiled rendered/ folder by the names the facts give."""
-    from gpucluster.health import node
+    from gpucluster import node
 
     data = files.facts(clusters["staging"])
     generated = files.generated(clusters["staging"])

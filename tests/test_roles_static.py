@@ -453,7 +453,7 @@ def test_inventory_folder_means_its_hosts_yml(tmp_path):
 
 
 def test_configure_subcommand_registers():
-    from gpucluster.configure.cli import register
+    from gpucluster.commands.configure import register
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers(dest="command"))
