@@ -34,7 +34,7 @@ from gpucluster.emulate.specs import scaled_spec, write_and_render
 from gpucluster.render.topology import logical_leaves
 from gpucluster.rollout import state as st
 from gpucluster.rollout.engine import Rollout, new_state
-from gpucluster.rollout.slurm import Slurm
+from gpucluster.rollout.slurmclient import Slurm
 from gpucluster.rollout.waves import Wave, plan_waves, topology_units
 
 

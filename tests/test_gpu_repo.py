@@ -220,7 +220,7 @@ def _jinja():
     import jinja2.nativetypes
 
     env = jinja2.nativetypes.NativeEnvironment()
-    for plugin in ("gpucluster_stacks", "gpucluster_spec"):
+    for plugin in ("gpucluster_stacks", "gpucluster_facts"):
         module = load_file(ROOT / "plugins" / "filter" / f"{plugin}.py", f"{plugin}_repo")
         env.filters.update(module.FilterModule().filters())
     # Ansible's own filter that the role's conditions use.

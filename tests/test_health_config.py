@@ -13,7 +13,8 @@ import pytest
 from conftest import EXAMPLES, example_path, example_text
 
 from gpucluster.cluster import load_cluster
-from gpucluster.render.health import active, files, slurmconf
+from gpucluster.render.health import active, slurmconf
+from gpucluster.render.health import rolefiles as files
 from gpucluster.render.health.config import node_configs
 from gpucluster.spec.stacks import needs_fabric_manager
 

@@ -109,7 +109,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         _print_json(findings_report(exc.findings, args.spec))
         return 2
     if args.svg or args.html:
-        from gpucluster.report.files import write_report
+        from gpucluster.report.export import write_report
 
         for path in write_report(cluster, svg=args.svg, html=args.html, pod=args.pod):
             print(f"wrote {path}", file=sys.stderr)

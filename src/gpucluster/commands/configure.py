@@ -1,5 +1,5 @@
 """`gpucluster configure INVENTORY` and `gpucluster secrets`: argument parsing and printing only (the
-work is in gpucluster.configure.runner and gpucluster.configure.secrets).
+work is in gpucluster.configure.playbook and gpucluster.configure.secrets).
 
 configure exits 0 when every host converged (or, with --check, when the dry run ran), 1 with the
 failing hosts and their messages otherwise, 2 for bad input (no such inventory, playbook or secrets file).
@@ -17,7 +17,7 @@ EXAMPLES = """examples:
 
 
 def cmd_configure(args: argparse.Namespace) -> int:
-    from gpucluster.configure.runner import configure, summary
+    from gpucluster.configure.playbook import configure, summary
 
     def log(text: str) -> None:
         print(text, flush=True)
@@ -45,7 +45,7 @@ def cmd_secrets(args: argparse.Namespace) -> int:
                              "pass --force to replace it")
         written = write_secrets_file(generate(), path)
     else:
-        from gpucluster.deploy.outputs import secrets_from_stack
+        from gpucluster.deploy.stackoutputs import secrets_from_stack
 
         written = secrets_from_stack(args.pulumi_stack, Path(args.output) if args.output else None)
     print(f"wrote {written} (mode 0600): gpucluster configure INVENTORY --secrets {written} "

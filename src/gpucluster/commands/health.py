@@ -15,7 +15,7 @@ from pathlib import Path
 def cmd_render(args: argparse.Namespace) -> int:
     from gpucluster.cluster import load_cluster
     from gpucluster.render import write_outputs
-    from gpucluster.render.health.files import review_files
+    from gpucluster.render.health.rolefiles import review_files
 
     cluster = load_cluster(args.spec)
     sizes = write_outputs(review_files(cluster), Path(args.output))
@@ -28,7 +28,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
-    from gpucluster.configure.runner import configure, summary
+    from gpucluster.configure.playbook import configure, summary
 
     result = configure(args.inventory, playbook="health.yml", limit=args.limit, verbose=args.verbose,
                        log=lambda text: print(text, flush=True))
