@@ -198,3 +198,45 @@ def test_the_floor_table_in_the_docs_is_floors():
     for name in expected:
         path = SRC / name.replace(".", "/")
         assert path.is_dir() or path.with_suffix(".py").is_file(), f"docs name {name}, not in src/gpucluster"
+
+
+def _package_table() -> dict[str, str]:
+    """docs/architecture.md's "What each package owns": {first cell's name: the whole row}."""
+    import re
+
+    doc = (SRC.parent.parent / "docs" / "architecture.md").read_text()
+    section = doc.split("## What each package owns", 1)[1].split("\n## ", 1)[0]
+    return {m.group(1): line for line in section.splitlines() if (m := re.match(r"^\| `([a-z_.]+)` \|", line))}
+
+
+def test_the_package_table_names_every_package_and_only_real_ones():
+    """Every package under src/gpucluster (sub-packages too, e.g. render/health) is named in the package table,
+    and every name there is a package or module of the tree: a package added, moved or renamed fails here."""
+    table = _package_table()
+    text = "\n".join(table.values())
+    for name in table:
+        path = SRC / name.replace(".", "/")
+        assert path.is_dir() or path.with_suffix(".py").is_file(), f"the package table names {name}: not in the tree"
+    for init in sorted(SRC.rglob("__init__.py")):
+        package = init.parent.relative_to(SRC)
+        if package == Path("."):
+            continue
+        if len(package.parts) == 1:
+            assert package.name in table, f"docs/architecture.md's package table has no row for {package}"
+        else:
+            assert f"`{package}`" in text or f"`{'.'.join(package.parts)}`" in text, \
+                f"docs/architecture.md's package table never names {package}"
+
+
+@pytest.mark.parametrize("path", sorted((SRC / "commands").glob("*.py")), ids=lambda p: p.name)
+def test_a_command_module_imports_only_floor_0_until_its_command_runs(path):
+    """`gpucluster --help` imports every command module: at module level they import floor 0 only; the rest is
+    imported inside the function that runs the command (docs/architecture.md, the package table)."""
+    tree = ast.parse(path.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpucluster"):
+            assert _floor(node.module) == 0, f"{path.name}:{node.lineno}: {node.module} at module level"
+        elif isinstance(node, ast.Import):
+            assert not any(a.name.startswith("gpucluster") and _floor(a.name) for a in node.names), \
+                f"{path.name}:{node.lineno}"
+
