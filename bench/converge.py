@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 def _staged_containers(inventory: Path) -> dict[str, str]:
     """node -> podman container of a staged inventory (named by its cluster and state folder)."""
     from gpucluster.inventory.reader import load_inventory
-    from gpucluster.inventory.state import literal
+    from gpucluster.inventory.statedir import literal
     from gpucluster.stage.podman import StageConfig, container_name
 
     inv = load_inventory(inventory)

@@ -138,7 +138,7 @@ def scaling() -> None:
     import yaml
 
     from gpucluster.cluster import cluster_of
-    from gpucluster.render.files import render_slurm
+    from gpucluster.render.fileset import render_slurm
     from gpucluster.spec.loader import parse_yaml, validate_data
 
     text = (ROOT / "examples" / "colossus-200k.yaml").read_text()

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from gpucluster.emulate import SlurmCluster
 from gpucluster.emulate.specs import scaled_spec, write_and_render
-from gpucluster.emulate.topology import parse_topology_conf
+from gpucluster.emulate.switchtree import parse_topology_conf
 
 SLURM_FILES = ("slurm.conf", "topology.conf", "gres.conf", "cgroup.conf")
 

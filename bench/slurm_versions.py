@@ -83,7 +83,7 @@ def part2(args: argparse.Namespace, tmp: Path) -> None:
     from gpucluster.emulate import placement as P
     from gpucluster.emulate.emulator import emulate
     from gpucluster.emulate.specs import scaled_spec, write_and_render
-    from gpucluster.emulate.topology import Fabric, parse_topology_conf
+    from gpucluster.emulate.switchtree import Fabric, parse_topology_conf
 
     print(f"\n## placement: physical tree vs. {args.merge} rack leaves merged per logical leaf "
           f"(fat tree, {args.nodes} emulated nodes, Slurm 22.05)\n")

@@ -19,7 +19,7 @@ from gpucluster.asbuilt.slurmview import compare_topology, found_fabric
 from gpucluster.asbuilt.verify import verify
 from gpucluster.cli import main
 from gpucluster.cluster import cluster_of, load_cluster
-from gpucluster.render.files import render_slurm
+from gpucluster.render.fileset import render_slurm
 from gpucluster.render.topology import topology_files
 from gpucluster.spec.loader import validate_data
 

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def role_filters():
     """The Ansible filter module the rdma role renders roce-qos.conf with (plugins/filter)."""
-    return load_file(ROOT / "plugins/filter/gpucluster_spec.py", "gpucluster_spec_filter")
+    return load_file(ROOT / "plugins/filter/gpucluster_facts.py", "gpucluster_facts_filter")
 
 
 def roce_spec(tmp_path, **roce) -> Path:

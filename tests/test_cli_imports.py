@@ -1,6 +1,7 @@
 """`gpucluster COMMAND` imports only what COMMAND uses: the parser registers the one subcommand module that
 owns the command (none for check, plan and render), so the table naming them must match what each module
-registers. Import lists are checked here, never timings (bench/cli_speed.py measures those)."""
+registers. Each subcommand module is gpucluster/commands/<command>.py, named for the first command it registers.
+Import lists are checked here, never timings (bench/cli_speed.py measures those)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,13 @@ def registered(module) -> set[str]:
 @pytest.mark.parametrize("command", cli.COMMANDS)
 def test_a_command_comes_from_the_module_that_registers_it(command):
     assert command in registered(cli.subcommand_module(command))
+
+
+@pytest.mark.parametrize("command", cli.COMMANDS)
+def test_a_command_module_is_named_for_a_command_it_registers(command):
+    module = cli.subcommand_module(command)
+    assert module.__name__.startswith("gpucluster.commands.")
+    assert module.__name__.rsplit(".", 1)[1] in registered(module)
 
 
 def test_the_modules_register_exactly_the_listed_commands():
@@ -59,6 +67,6 @@ def imported_by(*argv: str) -> set[str]:
 def test_check_plan_render_import_no_other_command(command, tmp_path):
     extra = ["-o", str(tmp_path / "out"), "--no-cabling"] if command == "render" else []
     modules = imported_by(command, str(example_path("staging")), *extra)
-    assert not {m for m in modules if m.endswith(".cli") and m != "gpucluster.cli"}
+    assert not {m for m in modules if m.startswith("gpucluster.commands")}
     if command != "render":  # templates are render's: check and plan load no Jinja
         assert not {m for m in modules if m == "jinja2" or m.startswith("gpucluster.render")}

@@ -15,7 +15,7 @@ import pytest
 from conftest import example_path
 
 from gpucluster.cli import main
-from gpucluster.configure.runner import configure
+from gpucluster.configure.playbook import configure
 from gpucluster.configure.secrets import generate, read_secrets_file, write_secrets_file
 from gpucluster.errors import UsageError
 from gpucluster.inventory.build import build_inventory
@@ -140,7 +140,7 @@ def test_a_bad_secrets_file_is_refused_before_anything_runs(inventory, tmp_path,
 # ---- what a person sees while configure runs -----------------------------------------------------
 
 def test_the_live_line_says_what_runs_where_and_the_slowest_host():
-    from gpucluster.configure.runner import Progress
+    from gpucluster.configure.playbook import Progress
 
     p = Progress(log=lambda _l: None)
     p({"event": "playbook_on_play_start", "event_data": {"name": "Slurm | controller and compute"}})

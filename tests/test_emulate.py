@@ -17,11 +17,11 @@ import pytest
 
 from gpucluster.emulate import SlurmStartError
 from gpucluster.emulate import placement as P
+from gpucluster.emulate.adapt import ConfError, Layout, SlurmConf, adapt_gres_conf, adapt_slurm_conf
 from gpucluster.emulate.emulator import emulate
 from gpucluster.emulate.procs import _exists
-from gpucluster.emulate.slurmconf import ConfError, Layout, SlurmConf, adapt_gres_conf, adapt_slurm_conf
 from gpucluster.emulate.specs import Rendered, scaled_spec, write_and_render
-from gpucluster.emulate.topology import Fabric, parse_topology_conf
+from gpucluster.emulate.switchtree import Fabric, parse_topology_conf
 from gpucluster.render.topology import slurm_switches
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")

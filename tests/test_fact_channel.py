@@ -31,7 +31,7 @@ DOCS = ("docs/roles.md", "docs/inventory.md")
 # Variables an operator may add to an inventory by hand (docs/inventory.md, "Host variables"): a site's own
 # choice, not a fact gpucluster derives.
 OPERATOR_VARS = {"gpucluster_address"}
-# How a run goes, never what the cluster is: extra vars `gpucluster configure` passes (configure/runner.py).
+# How a run goes, never what the cluster is: extra vars `gpucluster configure` passes (configure/playbook.py).
 RUN_VARS = {"gpucluster_batch"}
 # What a filter may not import: the floors that parse, plan or derive (a filter reads facts.json instead).
 DERIVING = ("gpucluster.spec", "gpucluster.cluster", "gpucluster.fabric", "gpucluster.render",

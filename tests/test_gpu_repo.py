@@ -243,7 +243,7 @@ def _jinja():
     import jinja2.nativetypes
 
     env = jinja2.nativetypes.NativeEnvironment()
-    for plugin in ("gpucluster_stacks", "gpucluster_spec", "gpucluster_imex"):
+    for plugin in ("gpucluster_stacks", "gpucluster_facts", "gpucluster_imex"):
         module = load_file(ROOT / "plugins" / "filter" / f"{plugin}.py", f"{plugin}_repo")
         env.filters.update(module.FilterModule().filters())
     # Ansible's own filter that the role's conditions use.

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from gpucluster.cluster import load_cluster
-from gpucluster.health.node import runner
+from gpucluster.node import runner
 from gpucluster.render.health import active, slurmconf
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.health.node import checks
+from gpucluster.node import checks
 
 DATA = Path(__file__).resolve().parent / "data" / "health"
 CHECKS_PY = Path(checks.__file__)

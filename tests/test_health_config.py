@@ -13,7 +13,8 @@ import pytest
 from conftest import EXAMPLES, example_path, example_text
 
 from gpucluster.cluster import load_cluster
-from gpucluster.render.health import active, files, slurmconf
+from gpucluster.render.health import active, slurmconf
+from gpucluster.render.health import rolefiles as files
 from gpucluster.render.health.config import node_configs
 from gpucluster.spec.stacks import needs_fabric_manager
 
@@ -153,7 +154,7 @@ def test_job_scripts_carry_the_cap_and_the_floor(active_cluster) -> None:
 def test_role_data_ships_the_node_scripts_as_they_are(clusters) -> None:
     """The role copies the node scripts from the package folder the facts name, and the generated files from
     the compiled rendered/ folder by the names the facts give."""
-    from gpucluster.health import node
+    from gpucluster import node
 
     data = files.facts(clusters["staging"])
     generated = files.generated(clusters["staging"])

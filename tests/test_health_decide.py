@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpucluster.health.node.decide import MAX_REASON, PREFIX, check_of, clean, decide, is_drained, reason_for
+from gpucluster.node.decide import MAX_REASON, PREFIX, check_of, clean, decide, is_drained, reason_for
 
 FAIL = [("gpu-count", "7 of 8 GPUs (nvidia-smi)")]
 OURS = "gpc:gpu-count: 7 of 8 GPUs (nvidia-smi)"
@@ -82,7 +82,7 @@ def test_the_node_side_knows_the_specs_active_checks() -> None:
     """decide.ACTIVE (standalone on the nodes) names exactly the checks health.active.checks accepts."""
     import typing
 
-    from gpucluster.health.node.decide import ACTIVE
+    from gpucluster.node.decide import ACTIVE
     from gpucluster.spec.model import HealthActive
 
     literal = typing.get_args(HealthActive.model_fields["checks"].annotation)[0]

@@ -12,7 +12,7 @@ import pytest
 from conftest import compiled, example_data, spec_from_data
 from test_health_checks import host, rocm_csv  # noqa: F401  (host is a fixture)
 
-from gpucluster.health.node import checks
+from gpucluster.node import checks
 
 NAMES = "*index,name,pci.bus_id*"  # a case pattern of the argument list (no spaces)
 MEMORY = "*index,memory.total*"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.health.node import privmunge, slurmctl
+from gpucluster.node import privmunge, slurmctl
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 MUNGED = shutil.which("munged") or ("/usr/sbin/munged" if Path("/usr/sbin/munged").exists() else None)
@@ -236,7 +236,7 @@ def test_a_healthy_munge_never_starts_a_private_one(node, tmp_path: Path) -> Non
 
 def test_the_node_scripts_run_with_python3_alone(tmp_path: Path) -> None:
     """On a node the files sit side by side in one folder, with no gpucluster and no site packages."""
-    from gpucluster.health.node import FILES, NODE_DIR
+    from gpucluster.node import FILES, NODE_DIR
 
     for name in FILES:
         shutil.copy(NODE_DIR / name, tmp_path / name)

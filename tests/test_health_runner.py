@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.health.node import runner
+from gpucluster.node import runner
 
 DATA = Path(__file__).resolve().parent / "data" / "health"
 RUNNER = Path(runner.__file__)
@@ -360,7 +360,7 @@ def test_run_time_budgets_add_up_below_slurms_kill() -> None:
     """The worst case, summed from the budgets: every check at the spec's largest check_timeout plus the
     kill's grace, then the scontrol calls (a credential failure, a private munged that never answers, the
     call again, the re-read, the update), each cut at the run's deadline, then stopping munged."""
-    from gpucluster.health.node import slurmctl
+    from gpucluster.node import slurmctl
     from gpucluster.spec.model import Health
     from gpucluster.spec.stacks import RUN_MARGIN_S
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from gpucluster.emulate import SlurmCluster
-from gpucluster.health.node import runner
+from gpucluster.node import runner
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 pytestmark = [

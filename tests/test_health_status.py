@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpucluster.health import status
-from gpucluster.health.node.slurmctl import parse_node, parse_nodes
+from gpucluster.node.slurmctl import parse_node, parse_nodes
 
 DATA = Path(__file__).resolve().parent / "data" / "health"
 SHOW = (DATA / "scontrol-show-node-o.txt").read_text()

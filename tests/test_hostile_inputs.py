@@ -89,7 +89,7 @@ def test_hostile_input(case: InputCase, tmp_path: Path, capsys, monkeypatch):
 
 
 def pulumi_case(case: InputCase, arg: str) -> None:
-    from gpucluster.deploy.outputs import inventory_args
+    from gpucluster.deploy.stackoutputs import inventory_args
 
     key, _, v = arg.partition("=")
     kw = {"ssh_user": "ops", "ssh_key_path": None, "known_hosts": "/etc/gpc/known_hosts"}
@@ -109,9 +109,9 @@ def pulumi_case(case: InputCase, arg: str) -> None:
 def pulumi_export_case(arg: str, tmp_path: Path) -> None:
     """A stack's inventory output changed by whoever can write the stack's state: written !unsafe, read back
     as data, and the default state folder's template is not confused with it."""
-    from gpucluster.deploy.outputs import inventory_json
+    from gpucluster.deploy.stackoutputs import inventory_json
     from gpucluster.inventory.reader import load_inventory
-    from gpucluster.inventory.state import literal
+    from gpucluster.inventory.statedir import literal
     from gpucluster.inventory.values import Data
     from gpucluster.inventory.writer import write_inventory_data
 

@@ -131,7 +131,7 @@ def test_signal(name, sent, when, tmp_path, specs, sets):
 
     def work() -> int:
         import gpucluster.cluster as cluster_pkg
-        import gpucluster.render.files as files
+        import gpucluster.render.fileset as files
 
         if when == "stream":
             chain = files._chain

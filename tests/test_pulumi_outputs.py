@@ -20,7 +20,7 @@ import yaml
 from conftest import EXAMPLES, ROOT, cluster_example, example_path, loaded_example
 
 from gpucluster.cli import main
-from gpucluster.deploy.outputs import inventory_args, inventory_json
+from gpucluster.deploy.stackoutputs import inventory_args, inventory_json
 from gpucluster.inventory import write_inventory
 
 FAKE = """#!{python}

@@ -188,7 +188,7 @@ def test_inventory_output_equals_the_inventory_writer(run: ProgramRun) -> None:
 @pytest.mark.parametrize("name", ["staging", "meta-24k-roce"])
 def test_inventory_from_the_stack_is_byte_for_byte_the_writers_file(name: str, tmp_path: Path,
                                                                    tmp_path_factory) -> None:
-    from gpucluster.deploy.outputs import write_inventory_data
+    from gpucluster.deploy.stackoutputs import write_inventory_data
     from gpucluster.inventory import write_inventory
 
     result = _run_of(name, tmp_path_factory)

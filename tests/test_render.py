@@ -572,7 +572,7 @@ def test_facts_name_a_rendered_file_for_every_group_that_needs_one(name):
 
 
 def test_mount_units_are_named_by_their_systemd_unit_one_per_mount():
-    from gpucluster.cluster.names import unit_name
+    from gpucluster.cluster.unitnames import unit_name
 
     spec = cluster_example("meta-24k-roce").spec
     out = rendered("meta-24k-roce")
@@ -810,7 +810,7 @@ def test_roles_install_exactly_the_rendered_files(variant, tmp_path):
 def test_no_role_renders_a_config_file_itself():
     """The gpucluster_render filter is gone, and the storage roles write no config from inline content (only
     skip records do)."""
-    assert "gpucluster_render" not in (ROOT / "plugins/filter/gpucluster_spec.py").read_text()
+    assert "gpucluster_render" not in (ROOT / "plugins/filter/gpucluster_facts.py").read_text()
     for role in ("flash_storage", "nfs", "rdma"):
         for path in (ROOT / "roles" / role).rglob("*.yml"):
             assert "gpucluster_render" not in path.read_text(), path

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from gpucluster.render.files import RUN_CHARS, made_ahead, write_outputs
+from gpucluster.render.fileset import RUN_CHARS, made_ahead, write_outputs
 
 
 def chunks(n: int) -> list[str]:

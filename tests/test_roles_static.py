@@ -404,7 +404,7 @@ def _event(kind: str, created: str, **data) -> dict:
 
 
 def test_progress_collects_changes_failures_and_role_times():
-    from gpucluster.configure.runner import Progress
+    from gpucluster.configure.playbook import Progress
 
     lines: list[str] = []
     p = Progress(lines.append)
@@ -432,7 +432,7 @@ def test_progress_collects_changes_failures_and_role_times():
 
 
 def test_summary_names_the_failing_hosts():
-    from gpucluster.configure.runner import ConfigureResult, HostStats, summary
+    from gpucluster.configure.playbook import ConfigureResult, HostStats, summary
 
     result = ConfigureResult(rc=1, status="failed", hosts={"a": HostStats(ok=3), "b": HostStats(unreachable=1)},
                              failures={"b": ["[common : x] unreachable: refused"]}, role_times={"common": 1.5},
@@ -453,7 +453,7 @@ def test_inventory_folder_means_its_hosts_yml(tmp_path):
 
 
 def test_configure_subcommand_registers():
-    from gpucluster.configure.cli import register
+    from gpucluster.commands.configure import register
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers(dest="command"))

@@ -18,7 +18,7 @@ import pytest
 from gpucluster.emulate.emulator import emulate
 from gpucluster.emulate.specs import scaled_spec, write_and_render
 from gpucluster.rollout import compare
-from gpucluster.rollout.slurm import Slurm
+from gpucluster.rollout.slurmclient import Slurm
 from gpucluster.rollout.waves import plan_waves, topology_units
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")

@@ -24,7 +24,7 @@ from gpucluster.emulate.harness import SlurmCluster
 from gpucluster.emulate.specs import scaled_spec, write_and_render
 from gpucluster.rollout.engine import Halted
 from gpucluster.rollout.resize import grow, plan_resize, shrink
-from gpucluster.rollout.slurm import Slurm
+from gpucluster.rollout.slurmclient import Slurm
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 HAVE_SLURM = all(shutil.which(t) or Path("/usr/sbin", t).exists() for t in ("slurmctld", "slurmd", "munged"))

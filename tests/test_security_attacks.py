@@ -172,7 +172,7 @@ def test_a_secrets_file_in_a_folder_others_can_read_is_refused(tmp_path):
 
 
 def test_ansible_gets_a_private_copy_of_the_checked_bytes(tmp_path):
-    from gpucluster.configure.runner import private_secrets
+    from gpucluster.configure.playbook import private_secrets
 
     path = _secrets(tmp_path)
     checked = path.read_bytes()
@@ -207,7 +207,7 @@ def test_a_state_folder_under_a_linked_parent_is_refused(tmp_path):
 
 
 def test_the_inventorys_state_dir_gets_the_same_check(tmp_path):
-    from gpucluster.inventory.state import state_dirs
+    from gpucluster.inventory.statedir import state_dirs
 
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -302,7 +302,7 @@ def test_a_closed_pipe_ends_quietly_with_sigpipes_status(argv, take):
 def test_validate_paramiko_keeps_the_first_host_key_option():
     import importlib.util
 
-    from gpucluster.validate.runner import CHECKS_DIR
+    from gpucluster.validate.suite import CHECKS_DIR
 
     spec = importlib.util.spec_from_file_location("gpc_checklib_sec", CHECKS_DIR / "gpc_checklib.py")
     lib = importlib.util.module_from_spec(spec)

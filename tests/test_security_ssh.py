@@ -67,7 +67,7 @@ def write_inventory_from(source: str, tmp_path: Path) -> tuple[Path, str | None]
         assert main(["inventory", spec, "-o", str(out)]) == 0
         return out, None
     # a Pulumi stack's export, read back the way `gpucluster inventory --pulumi-stack` reads it
-    from gpucluster.deploy.outputs import inventory_args, inventory_json
+    from gpucluster.deploy.stackoutputs import inventory_args, inventory_json
     from gpucluster.inventory.writer import write_inventory_data
 
     cluster = cluster_example("staging")
@@ -117,7 +117,7 @@ def test_configure_through_ansible_runner_builds_a_strict_ssh_command(tmp_path, 
     """The path `gpucluster configure` takes (ansible-runner, the run's private folder, a minimal environment):
     a project whose site.yml pings one host, so the run is short; ssh is the fake one (ANSIBLE_SSH_EXECUTABLE:
     the run's PATH is gpucluster's own, not the caller's)."""
-    from gpucluster.configure.runner import configure
+    from gpucluster.configure.playbook import configure
 
     inv, known = write_inventory_from("hosts", tmp_path)
     project = tmp_path / "project"

@@ -31,8 +31,8 @@ from gpucluster.cluster import check_meaning, load_cluster
 from gpucluster.errors import SpecError
 from gpucluster.render import render_all
 from gpucluster.render.topology import block_sizes, block_sizes_problem, blocks, named_topologies, slurm_switches
-from gpucluster.spec.checks import OWNED_KEYS
 from gpucluster.spec.model import LoadedSpec
+from gpucluster.spec.rules import OWNED_KEYS
 from gpucluster.spec.slurm_versions import (
     CHANGES,
     PARAMETERS,

@@ -15,9 +15,9 @@ import hostlist
 import pytest
 
 from gpucluster.emulate import SlurmCluster, SlurmStartError, roots
+from gpucluster.emulate.adapt import SlurmConf
 from gpucluster.emulate.procs import _exists
-from gpucluster.emulate.slurmconf import SlurmConf
-from gpucluster.emulate.topology import parse_topology_conf
+from gpucluster.emulate.switchtree import parse_topology_conf
 from gpucluster.render.topology import slurm_switches
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")

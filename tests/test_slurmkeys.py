@@ -13,7 +13,7 @@ from conftest import cluster_example, example_path, load_file
 from gpucluster import slurmkeys, slurmtext
 from gpucluster.render import render_all, templates_dir
 from gpucluster.render.health.slurmconf import slurm_conf_lines
-from gpucluster.spec import checks
+from gpucluster.spec import rules as checks
 from gpucluster.spec.slurm_versions import RELEASES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,7 +98,7 @@ def test_the_roles_restart_filter_reads_the_table(change, version, want):
 def test_there_is_one_slurm_conf_parser():
     text = (ROOT / "plugins/filter/gpucluster_roles.py").read_text()
     assert "def slurm_conf_settings" not in text and "RESTART_KEYS" not in text
-    assert "OWNED_KEYS = {" not in (ROOT / "src/gpucluster/spec/checks.py").read_text()
+    assert "OWNED_KEYS = {" not in (ROOT / "src/gpucluster/spec/rules.py").read_text()
 
 
 def test_compile_to_never_leaves_a_moment_without_the_compiled_folder(tmp_path, monkeypatch):

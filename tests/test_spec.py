@@ -1,4 +1,4 @@
-"""The spec's two layers of checking: syntax (pydantic) and meaning (checks.py).
+"""The spec's two layers of checking: syntax (pydantic) and meaning (spec/rules.py).
 
 Every finding must name the file, the line, the field path, the rule it breaks and a fix. Each case
 starts from an example that loads cleanly and changes one thing, so the finding is caused by that

@@ -172,6 +172,6 @@ def test_fabric_only_groups_get_the_ofed_default(write_spec) -> None:
 
 def test_health_check_names_are_the_node_side_ones() -> None:
     """The spec refuses skip names the node runner would not know: both lists are one."""
-    from gpucluster.health.node import checks
+    from gpucluster.node import checks
 
     assert set(HEALTH_CHECKS) == set(checks.BUILTIN)

@@ -186,7 +186,7 @@ def _load(path: Path, name: str):
 def test_every_stand_in_detector_knows_the_stand_in_number():
     """The roles' filter, the health checks and the validation checks each tell stand-ins from GPUs by
     their numbers; they must agree with what `stage up` creates."""
-    from gpucluster.health.node import checks
+    from gpucluster.node import checks
 
     filters = _load(ROOT / "plugins" / "filter" / "gpucluster_stacks.py", "gpucluster_stacks_filters_suites")
     checklib = _load(ROOT / "src" / "gpucluster" / "validate" / "checks" / "gpc_checklib.py", "gpc_checklib")

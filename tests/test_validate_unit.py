@@ -24,10 +24,10 @@ from gpucluster.errors import UsageError
 from gpucluster.inventory.reader import load_inventory
 from gpucluster.inventory.writer import inventory_data
 from gpucluster.render import nccl_file_for, render_all
-from gpucluster.render.files import profile_differences
+from gpucluster.render.fileset import profile_differences
 from gpucluster.render.topology import slurm_switches
 from gpucluster.validate import expect, report, viaslurm
-from gpucluster.validate.runner import CHECKS_DIR, default_workers, pytest_command
+from gpucluster.validate.suite import CHECKS_DIR, default_workers, pytest_command
 from gpucluster.validate.thresholds import DEFAULTS, load_thresholds, threshold_for
 
 
@@ -602,7 +602,7 @@ def test_cli_usage_errors_exit_2(tmp_path, staging_inventory, capsys):
 
 def test_the_live_counter_reads_what_the_checks_report(tmp_path):
     """The checks' controller process appends one line per finished check; validate counts them live."""
-    from gpucluster.validate.runner import counts_of
+    from gpucluster.validate.suite import counts_of
 
     f = tmp_path / "progress"
     f.write_text("passed a::x[gpu01]\nfailed a::y[gpu02]\nskipped a::z[gpu01]\npassed b::x[gpu02]\n")

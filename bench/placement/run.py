@@ -31,7 +31,7 @@ import hostlist
 from gpucluster.emulate import placement as P
 from gpucluster.emulate.emulator import emulate
 from gpucluster.emulate.specs import scaled_spec, write_and_render
-from gpucluster.emulate.topology import Fabric, parse_topology_conf
+from gpucluster.emulate.switchtree import Fabric, parse_topology_conf
 from gpucluster.render.topology import slurm_switches
 
 # design -> (example, compute group, fabric fields, what it is)

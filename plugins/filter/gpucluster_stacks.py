@@ -189,7 +189,7 @@ def device_files(stat_lines: list[str]) -> dict[str, list[str]]:
 
 def health(state_dir: str) -> dict:
     """The slurm_health role's data as the spec compiled it: paths, and which rendered file or node script
-    goes where (gpucluster.render.health.files.facts)."""
+    goes where (gpucluster.render.health.rolefiles.facts)."""
     facts = _compiled_facts(state_dir)["health"]
     scripts = str(facts.get("scripts_dir") or "")
     # a node's bundle: gpucluster's code travels in it (gpucluster.configure.bundle)

@@ -29,9 +29,10 @@ from gpucluster.errors import (
 from gpucluster.words import plain
 
 BUILTIN = ("check", "plan", "render", "expand")
-# Subcommands that live with their concern, in --help order: each module parses its arguments and prints,
-# and imports its package's library code only when the command runs. The parser imports only the module of
-# the command given (none for check, plan, render; all of them for --help), through subcommand_module.
+# Subcommands in --help order, each registered by its module in gpucluster/commands/ (named for the command):
+# each parses its arguments and prints, and imports the library code only when the command runs. The parser
+# imports only the module of the command given (none for check, plan, render; all of them for --help), through
+# subcommand_module.
 COMMANDS = ("stage", "inventory", "configure", "secrets", "validate", "emulate", "fabric", "health", "demo", "diff",
             "rollout")
 
@@ -40,28 +41,28 @@ def subcommand_module(command: str) -> ModuleType:
     """The CLI module that registers `command`, imported now (a plain import: tests/test_architecture.py
     reads it, and a missing module fails loudly)."""
     if command == "stage":
-        from gpucluster.stage import cli
+        from gpucluster.commands import stage as module
     elif command == "inventory":
-        from gpucluster.inventory import cli
+        from gpucluster.commands import inventory as module
     elif command in ("configure", "secrets"):
-        from gpucluster.configure import cli
+        from gpucluster.commands import configure as module
     elif command == "validate":
-        from gpucluster.validate import cli
+        from gpucluster.commands import validate as module
     elif command == "emulate":
-        from gpucluster.emulate import cli
+        from gpucluster.commands import emulate as module
     elif command == "fabric":
-        from gpucluster.asbuilt import cli
+        from gpucluster.commands import fabric as module
     elif command == "health":
-        from gpucluster.health import cli
+        from gpucluster.commands import health as module
     elif command == "demo":
-        from gpucluster.demo import cli
+        from gpucluster.commands import demo as module
     elif command == "diff":
-        from gpucluster.diff import cli
+        from gpucluster.commands import diff as module
     elif command == "rollout":
-        from gpucluster.rollout import cli
+        from gpucluster.commands import rollout as module
     else:
         raise KeyError(command)
-    return cli
+    return module
 
 
 def print_json(data: object) -> None:
@@ -194,7 +195,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         _print_json(findings_report(exc.findings, args.spec, args.fail_on))
         return 2
     if args.svg or args.html:
-        from gpucluster.report.files import write_report
+        from gpucluster.report.export import write_report
 
         for path in write_report(cluster, svg=args.svg, html=args.html, pod=args.pod):
             print(f"wrote {path}", file=sys.stderr)

@@ -23,8 +23,8 @@ from gpucluster import __version__
 from gpucluster.cluster import Cluster, load_cluster
 from gpucluster.render import render_all, templates_dir
 from gpucluster.render.drivers import driver_texts
-from gpucluster.render.files import nccl_texts, profile_differences
-from gpucluster.render.health.files import facts as health_facts
+from gpucluster.render.fileset import nccl_texts, profile_differences
+from gpucluster.render.health.rolefiles import facts as health_facts
 from gpucluster.render.roce import roce_texts
 from gpucluster.render.slurm import DBD
 from gpucluster.render.storage import storage_files

@@ -1,6 +1,6 @@
 """Write a whole set of generated files into a folder at once: a reader sees the old set or the new one.
 
-Used by `gpucluster render` (`render.files.write_outputs`), and meant for every folder of generated
+Used by `gpucluster render` (`render.fileset.write_outputs`), and meant for every folder of generated
 state: the inventory (`hosts.yml` + `group_vars/*.yml`), secrets files, the compiled state folder.
 
 API

@@ -2,7 +2,7 @@
 each Slurm release gpucluster supports (a table, not logic; ParallelCluster's update_policy.py is the model).
 
 Everything else that names slurm.conf keys is derived from this table:
-- the keys slurm.parameters may not set (`owned()`: spec/checks.py refuses them, naming the field);
+- the keys slurm.parameters may not set (`owned()`: spec/rules.py refuses them, naming the field);
 - the keys whose change needs a daemon restart (`restart_keys()`: the slurm_common role's filter);
 - the keys the slurm.conf template writes (`template_keys()`: tests/test_slurmkeys.py holds the two equal);
 - the disruption class of a change (`change_class()`: `gpucluster diff`, docs/operations.md).

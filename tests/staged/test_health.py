@@ -35,8 +35,8 @@ from pathlib import Path
 import pytest
 
 from gpucluster.cluster import load_cluster
-from gpucluster.health.node.decide import PREFIX, is_drained
-from gpucluster.health.node.slurmctl import parse_nodes
+from gpucluster.node.decide import PREFIX, is_drained
+from gpucluster.node.slurmctl import parse_nodes
 from gpucluster.render.health.config import STATE_DIR, node_config, stale_after, timer_period
 from gpucluster.render.slurm import SPOOL_DIR
 

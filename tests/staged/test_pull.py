@@ -44,7 +44,7 @@ def _bundle_hash(c, inventory: Path) -> str:
     import json
 
     from gpucluster.inventory.reader import load_inventory
-    from gpucluster.inventory.state import state_dirs
+    from gpucluster.inventory.statedir import state_dirs
 
     state, _ = state_dirs(load_inventory(inventory).vars)
     return json.loads((state / "bundles" / "current.json").read_text())["hash"]

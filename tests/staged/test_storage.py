@@ -8,7 +8,7 @@ With CI set nothing here skips: a missing podman is a failure (conftest).
 GPUCLUSTER_STAGED_INVENTORY=<hosts.yml> reuses a developer's staged cluster already converged with
 storage.yml and hardware.yml instead (its state folder must hold ssh_config).
 
-The tests without the staged mark check the gpucluster_spec filter plugin and the storage templates
+The tests without the staged mark check the gpucluster_facts filter plugin and the storage templates
 with plain Python (no cluster).
 """
 
@@ -73,7 +73,7 @@ def state_of(spec: Path = SPEC) -> str:
 @functools.cache
 def filters():
     """The role's filter plugin, loaded as Ansible loads it (a file under plugins/filter)."""
-    spec = importlib.util.spec_from_file_location("gpucluster_spec_filter", REPO / "plugins/filter/gpucluster_spec.py")
+    spec = importlib.util.spec_from_file_location("gpucluster_facts", REPO / "plugins/filter/gpucluster_facts.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -189,7 +189,7 @@ def test_unit_name_matches_systemd_escape(path: str) -> None:
         pytest.skip("systemd-escape is not installed (systemd)")
     want = subprocess.run(["systemd-escape", "--path", "--suffix=mount", path], capture_output=True, text=True,
                           check=True).stdout.strip()
-    from gpucluster.cluster.names import unit_name
+    from gpucluster.cluster.unitnames import unit_name
 
     assert unit_name(path) == want
 

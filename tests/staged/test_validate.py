@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from gpucluster.cluster import load_cluster
-from gpucluster.render.files import profile_differences
+from gpucluster.render.fileset import profile_differences
 from gpucluster.render.topology import slurm_switches
 from gpucluster.validate.report import parse_junit
 

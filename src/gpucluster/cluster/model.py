@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from gpucluster.cluster.names import unit_name
+from gpucluster.cluster.unitnames import unit_name
 from gpucluster.errors import Finding, SpecError
 from gpucluster.fabric import Plan, PlanError, Unit, plan_cluster
-from gpucluster.spec.checks import check_rules
 from gpucluster.spec.loader import load_spec
 from gpucluster.spec.model import ClusterSpec, LoadedSpec, NodeGroup
+from gpucluster.spec.rules import check_rules
 
 # The inventory contract's groups (docs/inventory.md): roles, playbooks and the validator rely on them.
 CONTRACT_GROUPS = ("slurm_controller", "slurm_dbd", "slurm_compute", "slurm_login", "flash_meta", "flash_chunk",

@@ -3,5 +3,5 @@
 from gpucluster._lazy import lazy_exports
 
 __all__, __getattr__ = lazy_exports(__name__, {
-    ".runner": ("ConfigureResult", "HostStats", "configure", "summary"),
+    ".playbook": ("ConfigureResult", "HostStats", "configure", "summary"),
 })

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from gpucluster.errors import UsageError
 from gpucluster.inventory.reader import Inventory, inventory_file, load_inventory
-from gpucluster.inventory.state import state_dirs
+from gpucluster.inventory.statedir import state_dirs
 from gpucluster.paths import ansible_dir
 
 Log = Callable[[str], None]

@@ -1,5 +1,5 @@
 """Pulumi: the cluster as a component tree, node enrollment over SSH, secrets, stack outputs.
 
-Importing this package imports nothing from the Pulumi SDK: `outputs` (reading a stack's outputs
+Importing this package imports nothing from the Pulumi SDK: `stackoutputs` (reading a stack's outputs
 through the Pulumi CLI) works without it; `program`, `components` and `provider` need it.
 """

@@ -19,9 +19,9 @@ import pulumi
 from gpucluster.cluster import Cluster as Compiled
 from gpucluster.deploy import nodes as nodes_mod
 from gpucluster.deploy.enroll import node_entry
-from gpucluster.deploy.outputs import SLURM_FILES, file_hashes, inventory_args, inventory_json
 from gpucluster.deploy.provider import ClusterSecret, NodeEnrollment
 from gpucluster.deploy.settings import DeploySettings
+from gpucluster.deploy.stackoutputs import SLURM_FILES, file_hashes, inventory_args, inventory_json
 from gpucluster.fabric import Plan
 from gpucluster.fabric.summary import plan_summary
 from gpucluster.spec.model import NodeGroup as SpecGroup

@@ -6,8 +6,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from gpucluster.emulate.adapt import SlurmConf
 from gpucluster.emulate.harness import SlurmCluster, SlurmStartError
-from gpucluster.emulate.slurmconf import SlurmConf
 from gpucluster.words import plural
 
 # Measured on Debian 12 / Slurm 22.05: an idle emulated slurmd has ~8 MB RSS, of which ~2 MB is

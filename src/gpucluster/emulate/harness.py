@@ -1,7 +1,7 @@
 """Run a rendered Slurm config for real on this machine: the config's actual consumer.
 
 ``SlurmCluster`` copies a rendered config directory into a private temp dir, adapts only what one
-machine running as root needs (see :mod:`gpucluster.emulate.slurmconf`), starts a private munged
+machine running as root needs (see :mod:`gpucluster.emulate.adapt`), starts a private munged
 with a freshly generated key and slurmctld in the foreground, and optionally one ``slurmd -N NAME``
 per emulated node. Every process is tracked by PID and stopped on exit, on error, and at interpreter
 exit (:mod:`gpucluster.emulate.procs`).
@@ -31,6 +31,7 @@ from types import TracebackType
 import hostlist
 
 from gpucluster import slurmtext
+from gpucluster.emulate.adapt import Adaptation, Layout, adapt_gres_conf, adapt_slurm_conf
 from gpucluster.emulate.procs import (
     ORDER_MUNGED,
     ORDER_SLURMCTLD,
@@ -42,8 +43,7 @@ from gpucluster.emulate.procs import (
     reset_peak_rss,
 )
 from gpucluster.emulate.roots import Runtime, runtime
-from gpucluster.emulate.slurmconf import Adaptation, Layout, adapt_gres_conf, adapt_slurm_conf
-from gpucluster.emulate.topology import Topology, parse_show_topology
+from gpucluster.emulate.switchtree import Topology, parse_show_topology
 
 KEEP_ENV = "GPUCLUSTER_EMULATE_KEEP"
 # The RebootProgram of every emulated node (slurm.conf RebootProgram, replaced by the adaptation). slurmd runs

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import hostlist
 
 from gpucluster.emulate.harness import SlurmCluster, SlurmCommandError
-from gpucluster.emulate.topology import Fabric
+from gpucluster.emulate.switchtree import Fabric
 
 
 @dataclass(frozen=True)

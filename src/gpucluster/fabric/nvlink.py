@@ -2,7 +2,7 @@
 
 A domain is the unit a large job wants most: inside it GPUs talk over NVLink, between domains over the
 scale-out fabric. The planner puts one whole domain in each rack of such a group; the scale-out fabric
-(units, pods) sits on top and never splits a domain (spec/checks.py keeps scalable units whole domains).
+(units, pods) sits on top and never splits a domain (spec/rules.py keeps scalable units whole domains).
 Neutral like the rest of the plan: render/topology.py translates domains into Slurm blocks.
 """
 

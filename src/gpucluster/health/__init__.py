@@ -1,7 +1,8 @@
 """Fleet health: node checks Slurm runs as its HealthCheckProgram, the drain/resume policy, active
 checks as low-priority jobs, and `gpucluster health status` (docs/health.md).
 
-`health.node` is the node side (standalone scripts, standard library only); the modules beside it run
-on the machine that holds the spec: config (checks per node group), slurmconf (the slurm.conf lines),
-active (job scripts), files (what the slurm_health role installs), status (drained nodes and results).
+The node side is `gpucluster.node` (standalone scripts, standard library only, floor 0); what is rendered
+for it is `gpucluster.render.health`: config (checks per node group), slurmconf (the slurm.conf lines),
+active (job scripts), rolefiles (what the slurm_health role installs). The modules here run on the machine
+that holds the spec: remote (reading the nodes over SSH), status (drained nodes and results).
 """

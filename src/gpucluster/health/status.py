@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import hostlist
 
-from gpucluster.health.node.decide import PREFIX, is_drained
-from gpucluster.health.node.slurmctl import parse_nodes
+from gpucluster.node.decide import PREFIX, is_drained
+from gpucluster.node.slurmctl import parse_nodes
 from gpucluster.words import plural
 
 # What the controller is asked (full reasons: a -o field without a width is never cut).

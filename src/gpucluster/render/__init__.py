@@ -8,6 +8,6 @@ not import the spec models (pydantic), which a node does not have.
 from gpucluster._lazy import lazy_exports
 
 __all__, __getattr__ = lazy_exports(__name__, {
-    ".files": ("nccl_file_for", "render_all", "write_outputs"),
+    ".fileset": ("nccl_file_for", "render_all", "write_outputs"),
     ".templating": ("environment", "templates_dir"),
 })

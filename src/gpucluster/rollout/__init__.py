@@ -1,5 +1,5 @@
 """Roll a change out to a running cluster in waves that are whole topology units (docs/operations.md,
-"Rolling a change out"): waves.py plans them (pure), slurm.py talks to Slurm, engine.py runs them and
+"Rolling a change out"): waves.py plans them (pure), slurmclient.py talks to Slurm, engine.py runs them and
 keeps a state file (state.py) so a rollout can be resumed. Lazy: `gpucluster --help` loads none of it."""
 
 from gpucluster._lazy import lazy_exports
@@ -7,5 +7,5 @@ from gpucluster._lazy import lazy_exports
 __all__, __getattr__ = lazy_exports(__name__, {
     ".waves": ("BY", "Wave", "WaveError", "parse_max_unavailable", "plan_waves", "topology_units"),
     ".engine": ("Rollout", "Halted", "new_state", "summary"),
-    ".slurm": ("Slurm", "NodeState", "SlurmError"),
+    ".slurmclient": ("Slurm", "NodeState", "SlurmError"),
 })

@@ -21,7 +21,7 @@ import hostlist
 
 from gpucluster.progress import status_line
 from gpucluster.rollout import state as st
-from gpucluster.rollout.slurm import NodeState, Slurm
+from gpucluster.rollout.slurmclient import NodeState, Slurm
 from gpucluster.rollout.waves import Wave
 
 CHANGES = ("reboot", "drain", "reconfigure")

@@ -33,7 +33,7 @@ import hostlist
 from gpucluster import slurmkeys
 from gpucluster.cluster import Cluster
 from gpucluster.rollout.engine import Halted
-from gpucluster.rollout.slurm import Slurm
+from gpucluster.rollout.slurmclient import Slurm
 
 
 @dataclass(frozen=True)

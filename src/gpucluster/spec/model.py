@@ -1,6 +1,6 @@
 """Typed cluster spec: the syntax layer (types, ranges, required and unknown keys).
 
-Meaning (radix, rails, collisions, versions) is checked in `gpucluster.spec.checks`, after this
+Meaning (radix, rails, collisions, versions) is checked in `gpucluster.spec.rules`, after this
 layer accepted the document. Field names here are the YAML keys; docs/spec.md documents them.
 Numbers, booleans and text are strict and bounded (`gpucluster.fields` says why): a YAML boolean is
 never a count, and no value is larger than what consumes it (Slurm, hostnames, the catalog).

@@ -4,7 +4,7 @@ Design (rebuild a partial model, taint what failed): the syntax layer reports th
 We then build the ClusterSpec again from the same data, validating every field that passed as the
 syntax layer did, and putting a *taint* where a field failed, is missing, or is close to a misspelt
 key (the user meant to set it). A taint is a value that raises `Tainted` on any use: comparing, hashing, truthiness,
-arithmetic, formatting, attribute access. Each rule unit of `gpucluster.spec.checks` (a cross-cutting
+arithmetic, formatting, attribute access. Each rule unit of `gpucluster.spec.rules` (a cross-cutting
 rule, or one group's rules) then runs on this model; a unit that touches a taint stops there, and the
 findings it yielded before are kept,
 since none of them depended on a refused value. So `count: four` in one group hides only what
@@ -27,8 +27,8 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from gpucluster.errors import Finding
-from gpucluster.spec.checks import rule_units
 from gpucluster.spec.model import ClusterSpec
+from gpucluster.spec.rules import rule_units
 
 
 class Tainted(Exception):

@@ -99,7 +99,7 @@ def resolve(spec: ClusterSpec, group: NodeGroup) -> Resolved:
 
 
 def check(spec: ClusterSpec) -> Iterator[Finding]:
-    """The rules of the `drivers:` and `health:` sections; spec/checks.py runs them with the others."""
+    """The rules of the `drivers:` and `health:` sections; spec/rules.py runs them with the others."""
     yield from check_stacks(spec)
     yield from check_health(spec)
 

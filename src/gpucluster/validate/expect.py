@@ -70,7 +70,7 @@ def build(inv: Inventory, opts: Options, *, state_dir: str | None = None) -> dic
     since: validate after configure parses nothing) and the inventory. Raises UsageError when the
     inventory does not name its spec."""
     from gpucluster.compiled import ensure_compiled
-    from gpucluster.inventory.state import state_dirs
+    from gpucluster.inventory.statedir import state_dirs
 
     spec_path = inv.vars.get("gpucluster_spec")
     if not spec_path:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from gpucluster.errors import UsageError
 from gpucluster.inventory.reader import Host, Inventory
-from gpucluster.validate.runner import CHECKS_DIR, run_pytest
+from gpucluster.validate.suite import CHECKS_DIR, run_pytest
 
 # Pure-Python modules the nodes need; copied from this interpreter's environment.
 SITE_MODULES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "testinfra", "py")

@@ -8,7 +8,7 @@ mount points, thresholds) come from the spec and the plan, never from the node's
 from __future__ import annotations
 
 from gpucluster.cluster import Cluster
-from gpucluster.cluster.names import unit_name
+from gpucluster.cluster.unitnames import unit_name
 from gpucluster.render.slurm import SPOOL_DIR
 from gpucluster.spec.model import NodeGroup
 from gpucluster.spec.stacks import RUN_MARGIN_S, driver_stack, needs_fabric_manager

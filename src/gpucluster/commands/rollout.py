@@ -47,7 +47,7 @@ def _target(args: argparse.Namespace):
 def cmd_rollout(args: argparse.Namespace) -> int:
     from gpucluster.paths import state_dir
     from gpucluster.rollout import engine, hooks, state
-    from gpucluster.rollout.slurm import Slurm, SlurmError
+    from gpucluster.rollout.slurmclient import Slurm, SlurmError
     from gpucluster.rollout.waves import WaveError, parse_max_unavailable, plan_waves, topology_units
 
     cluster, inventory, inv_state = _target(args)

@@ -1,5 +1,5 @@
 """`gpucluster configure INVENTORY` and `gpucluster secrets`: argument parsing and printing only (the
-work is in gpucluster.configure.runner and gpucluster.configure.secrets).
+work is in gpucluster.configure.playbook and gpucluster.configure.secrets).
 
 configure exits 0 when every host converged (or, with --check, when the dry run ran), 1 with the
 failing hosts and their messages otherwise, 2 for bad input (no such inventory, playbook or secrets file).
@@ -19,7 +19,7 @@ EXAMPLES = """examples:
 
 
 def cmd_configure(args: argparse.Namespace) -> int:
-    from gpucluster.configure.runner import configure, summary
+    from gpucluster.configure.playbook import configure, summary
 
     if _pulls(args):
         return _cmd_pull(args)
@@ -48,9 +48,9 @@ def _pulls(args: argparse.Namespace) -> bool:
 
 def _cmd_pull(args: argparse.Namespace) -> int:
     """The fleet by pull; with neither --pull nor --push, the controller hosts by push first."""
+    from gpucluster.configure.playbook import configure, summary
     from gpucluster.configure.pull import fleet, pull
     from gpucluster.configure.pull import summary as pull_summary
-    from gpucluster.configure.runner import configure, summary
     from gpucluster.inventory.reader import inventory_file, load_inventory
 
     out = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the one JSON document
@@ -99,7 +99,7 @@ def cmd_secrets(args: argparse.Namespace) -> int:
                              "pass --force to replace it")
         written = write_secrets_file(generate(), path)
     else:
-        from gpucluster.deploy.outputs import secrets_from_stack
+        from gpucluster.deploy.stackoutputs import secrets_from_stack
 
         written = secrets_from_stack(args.pulumi_stack, Path(args.output) if args.output else None)
     if args.json:

@@ -37,7 +37,8 @@ def _workers(text: str) -> int | str:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from gpucluster.inventory.reader import load_inventory
-    from gpucluster.validate import expect, report, runner
+    from gpucluster.validate import expect, report
+    from gpucluster.validate import suite as runner
     from gpucluster.validate.thresholds import load_thresholds
 
     t0 = time.perf_counter()

@@ -19,7 +19,7 @@ def cmd_inventory(args: argparse.Namespace) -> int:
     from gpucluster.errors import UsageError
 
     if args.pulumi_stack:
-        from gpucluster.deploy.outputs import inventory_from_stack  # needs the Pulumi CLI
+        from gpucluster.deploy.stackoutputs import inventory_from_stack  # needs the Pulumi CLI
 
         path = inventory_from_stack(args.pulumi_stack, Path(args.output))
     else:

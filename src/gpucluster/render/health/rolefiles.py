@@ -1,5 +1,5 @@
 """Everything the slurm_health role installs, from one compiled cluster: the node scripts (package data
-under health/node/, copied as they are), and the generated files render_all writes (each compute group's
+under node/, copied as they are), and the generated files render_all writes (each compute group's
 config, the HealthCheckProgram wrapper, the timer units, the active checks' job scripts and timer). The
 slurm.conf lines go into slurm.conf itself (render/slurm.py).
 """
@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from gpucluster.cluster import Cluster
-from gpucluster.health.node import FILES, NODE_DIR
+from gpucluster.node import FILES, NODE_DIR
 from gpucluster.render.health import active
 from gpucluster.render.health.config import SITE_DIR, STATE_DIR, node_configs, stale_after, timer_period
 from gpucluster.render.health.slurmconf import CONFIG, LIB_DIR, PROGRAM, slurm_conf_lines

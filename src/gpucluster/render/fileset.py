@@ -17,7 +17,7 @@ from gpucluster.fabric.cabling import CABLING_HEADER, bom_rows, cabling_rows
 from gpucluster.fabric.summary import plan_summary
 from gpucluster.outputs import write_set
 from gpucluster.render.drivers import render_drivers
-from gpucluster.render.health.files import generated as health_files
+from gpucluster.render.health.rolefiles import generated as health_files
 from gpucluster.render.ibtopo import topofile
 from gpucluster.render.imex import render_imex
 from gpucluster.render.nccl import gpu_environment, nccl_settings

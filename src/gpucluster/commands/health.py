@@ -17,7 +17,7 @@ from gpucluster.cli import json_flag, no_color_flag, print_json, report_flags
 def cmd_render(args: argparse.Namespace) -> int:
     from gpucluster.cluster import load_cluster
     from gpucluster.render import write_outputs
-    from gpucluster.render.health.files import review_files
+    from gpucluster.render.health.rolefiles import review_files
 
     cluster = load_cluster(args.spec)
     sizes = write_outputs(review_files(cluster), Path(args.output))
@@ -34,7 +34,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
-    from gpucluster.configure.runner import configure, summary
+    from gpucluster.configure.playbook import configure, summary
 
     result = configure(args.inventory, playbook="health.yml", limit=args.limit, verbose=args.verbose,
                        log=lambda text: print(text, file=sys.stderr if args.json else sys.stdout, flush=True))

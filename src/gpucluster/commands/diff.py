@@ -27,7 +27,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     result = diff_specs(args.old, args.new)
     jobs, why = None, None
     if args.inventory:
-        from gpucluster.diff.jobs import running_jobs
+        from gpucluster.diff.running import running_jobs
         from gpucluster.inventory.reader import load_inventory
 
         load_inventory(args.inventory)  # a bad inventory is bad input (exit 2), before Slurm is asked
@@ -52,7 +52,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         print(f"  {c.cls:<{width}}  {c.what}{values}", file=out)
         print(f"  {'':<{width}}    on {where}: {c.action}", file=out)
         if jobs:
-            from gpucluster.diff.jobs import hit
+            from gpucluster.diff.running import hit
 
             on = hit(c.hosts, jobs)
             if on:
@@ -70,7 +70,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def _add_jobs(doc: dict, result, inventory: str | None, jobs, why: str | None) -> None:
     """Contract 1, fields added: "running" at the top; "jobs" on every change (null when not asked or not
     known, else the running jobs on the hosts the change touches)."""
-    from gpucluster.diff.jobs import hit
+    from gpucluster.diff.running import hit
 
     doc["running"] = {"asked": bool(inventory), "reached": jobs is not None, "error": why,
                       "jobs": None if jobs is None else len(jobs)}

@@ -22,7 +22,7 @@ from typing import Any
 
 from gpucluster.errors import UsageError
 from gpucluster.inventory.reader import inventory_file, limit_terms
-from gpucluster.inventory.state import state_dirs
+from gpucluster.inventory.statedir import state_dirs
 from gpucluster.paths import ansible_dir, private_dir
 from gpucluster.progress import status_line
 from gpucluster.words import plural

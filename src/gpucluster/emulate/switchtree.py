@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import hostlist
 
-from gpucluster.emulate.slurmconf import parse_lines
+from gpucluster.emulate.adapt import parse_lines
 
 Topology = dict[str, dict]
 
