@@ -237,7 +237,8 @@ def test_a_command_module_imports_only_floor_0_until_its_command_runs(path):
     tree = ast.parse(path.read_text())
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpucluster"):
-            assert node.module == "gpucluster.cli" or _floor(node.module) == 0, f"{path.name}:{node.lineno}: {node.module} at module level"
+            assert node.module == "gpucluster.cli" or _floor(node.module) == 0, \
+                f"{path.name}:{node.lineno}: {node.module} at module level"
         elif isinstance(node, ast.Import):
             assert not any(a.name.startswith("gpucluster") and _floor(a.name) for a in node.names), \
                 f"{path.name}:{node.lineno}"
