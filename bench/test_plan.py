@@ -17,35 +17,19 @@ from __future__ import annotations
 
 import argparse
 import filecmp
-import io
 import os
-import shutil
-import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
+
+from cli_speed import copy_worktree, export, spread  # bench/ is sys.path[0]: the same tree export and figures
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUCLUSTER = Path(sys.executable).with_name("gpucluster")
 BEFORE = "2451b17"  # main when the streaming work started (issue 23)
 FORMS = {"text": [], "summary": ["--json", "--summary"], "full": ["--json"]}
-
-
-def export(rev: str, dest: Path) -> None:
-    data = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src", "templates"], check=True,
-                          capture_output=True).stdout
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        tar.extractall(dest, filter="data")
-
-
-def copy_worktree(dest: Path) -> None:
-    for name in ("src", "templates"):
-        if (ROOT / name).exists():
-            shutil.copytree(ROOT / name, dest / name, symlinks=True,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
 
 
 def one_run(tree: Path, form: str, spec: Path, out: Path) -> tuple[float, float, float, int]:
@@ -61,10 +45,6 @@ def one_run(tree: Path, form: str, spec: Path, out: Path) -> tuple[float, float,
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"{' '.join(argv)} (tree {tree.name}) exited {os.waitstatus_to_exitcode(status)}: {err[-2000:]}")
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out.stat().st_size
-
-
-def spread(values: list[float], fmt: str) -> str:
-    return f"{format(statistics.median(values), fmt)} ({format(min(values), fmt)}-{format(max(values), fmt)})"
 
 
 def main(argv: list[str] | None = None) -> int:
