@@ -9,6 +9,7 @@ slurmd reports the new level.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import time
@@ -88,7 +89,7 @@ def reconfigure_debug(
     want = DEBUG_LEVELS.index(value)
     set_served(cluster, "SlurmdDebug", value)
     out = Reconfigured("SlurmdDebug", value)
-    t0 = time.monotonic()
+    t0, wall0 = time.monotonic(), time.time()
     res = cluster.run(["scontrol", "reconfigure"], timeout=120)
     if res.returncode != 0:
         raise SlurmCommandError(f"scontrol reconfigure failed ({res.returncode}): {res.stderr.strip()}")
@@ -97,9 +98,12 @@ def reconfigure_debug(
     deadline = t0 + timeout
     with ThreadPoolExecutor(max_workers=workers) as pool:
         while pending and time.monotonic() < deadline:
-            now = time.monotonic() - t0
             for n in pending:
+                now = time.monotonic() - t0
                 if n not in out.cache_s and cached_value(cluster, n, "SlurmdDebug") == value:
+                    # when slurmd wrote it (the file's mtime), not when this loop saw it
+                    with contextlib.suppress(OSError):
+                        now = (cluster.conf_cache(n) / "slurm.conf").stat().st_mtime - wall0
                     out.cache_s[n] = now
             ask = [n for n in pending if n in out.cache_s]
             for n, level in zip(ask, pool.map(lambda n: slurmd_debug(cluster, n), ask), strict=True):
