@@ -1,7 +1,8 @@
 """Configless Slurm on the emulator: a real slurmctld (SlurmctldParameters=enable_configless, as rendered) and
-24 ``slurmd -N --conf-server``. No slurmd holds a slurm.conf of its own (no -f, no SLURM_CONF; its configs are
-the ones slurmctld served into its spool's conf-cache), and a SlurmdDebug change made on the controller only
-reaches every slurmd after ``scontrol reconfigure``: each slurmd reports the new level itself."""
+24 ``slurmd -N --conf-server`` (22.05), and 8 of them on each Debian root's line (24.11, 26.05). No slurmd
+holds a slurm.conf of its own (no -f, no SLURM_CONF; its configs are the ones slurmctld served into its
+spool's conf-cache), and a SlurmdDebug change made on the controller only reaches every slurmd after
+``scontrol reconfigure``: each slurmd reports the new level itself."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.emulate.emulator import emulate
+from gpucluster.emulate import roots
+from gpucluster.emulate.emulator import config_nodes, emulate
+from gpucluster.emulate.harness import SlurmCluster
 from gpucluster.emulate.reconfigure import DEBUG_LEVELS, cached_value, own_conf, reconfigure_debug, slurmd_debug
 from gpucluster.emulate.specs import scaled_spec, write_and_render
 
@@ -20,6 +23,7 @@ HAVE_SLURM = all(shutil.which(t) or Path("/usr/sbin", t).exists() for t in ("slu
 needs_slurm = pytest.mark.skipif(not IN_CI and not HAVE_SLURM, reason="slurmctld/slurmd/munged not installed")
 pytestmark = [needs_slurm, pytest.mark.slurm, pytest.mark.emulate]
 NODES = 24
+ROOT_LINES = [line for line, suite in roots.LINES.items() if suite]
 
 
 def test_reconfigure_reaches_every_configless_slurmd(tmp_path: Path) -> None:
@@ -45,3 +49,21 @@ def test_reconfigure_reaches_every_configless_slurmd(tmp_path: Path) -> None:
         for n in nodes:
             assert slurmd_debug(c, n) == DEBUG_LEVELS.index(got.value), n
             assert cached_value(c, n, "SlurmdDebug") == got.value, n
+
+
+@pytest.mark.parametrize("line", ROOT_LINES)
+def test_configless_on_every_root_line(tmp_path: Path, line: str) -> None:
+    """The same on 24.11 and 26.05 (Debian roots, chroot): each slurmd fetches its configs and takes the change."""
+    if os.geteuid() != 0:
+        if IN_CI:
+            pytest.fail("root lines need root (chroot, mount namespaces)")
+        pytest.skip("root lines need root (chroot, mount namespaces)")
+    rendered = write_and_render(scaled_spec("meta-24k-ib", {"h100": 8}, name="cl8"), tmp_path, "cl8")
+    with SlurmCluster(rendered.conf_dir, slurmd_nodes=config_nodes(rendered.conf_dir), line=line,
+                      configless=True) as c:
+        assert c.runtime.version().startswith(line + ".")
+        nodes = list(c.slurmd)
+        assert [n for n in nodes if own_conf(c, n)] == []
+        got = reconfigure_debug(c, nodes, timeout=60)
+        assert got.missing == [], f"{line}: {len(got.missing)} slurmd never reported SlurmdDebug={got.value}"
+        assert all(cached_value(c, n, "SlurmdDebug") == got.value for n in nodes)
