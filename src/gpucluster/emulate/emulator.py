@@ -38,13 +38,15 @@ def emulate(
     start_timeout: float = 120.0,
     keep: bool | None = None,
     reboot_delay: float = 2.0,
+    configless: bool = False,
 ) -> Iterator[SlurmCluster]:
     """Start slurmctld and ``nodes`` emulated slurmd (default: every node of the config).
 
     The node count comes from the spec, never from here: ``nodes`` may only pick the first N
     nodes of the rendered config (the rest stay defined, State=FUTURE, so topology.conf still
     names real nodes); asking for more nodes than the config has is an error. ``reboot_delay``: how long
-    an emulated node stays down when slurmctld reboots it (harness.REBOOT_SCRIPT).
+    an emulated node stays down when slurmctld reboots it (harness.REBOOT_SCRIPT). ``configless``: every slurmd
+    fetches its configs from slurmctld (``--conf-server``) and holds no slurm.conf of its own.
     """
     names = config_nodes(conf_dir)
     if nodes is None:
@@ -73,6 +75,7 @@ def emulate(
         start_timeout=start_timeout,
         keep=keep,
         reboot_delay=reboot_delay,
+        configless=configless,
     )
     with cluster:
         yield cluster

@@ -31,7 +31,7 @@ from types import TracebackType
 import hostlist
 
 from gpucluster import slurmtext
-from gpucluster.emulate.adapt import Adaptation, Layout, adapt_gres_conf, adapt_slurm_conf
+from gpucluster.emulate.adapt import Adaptation, Layout, SlurmConf, adapt_gres_conf, adapt_slurm_conf
 from gpucluster.emulate.procs import (
     ORDER_MUNGED,
     ORDER_SLURMCTLD,
@@ -72,6 +72,14 @@ done
 echo "gpucluster emulated reboot: no slurmd -N above pid $$" >&2
 exit 1
 """
+# A configless slurmd's private /run: a tmpfs whose munge/munge.socket.2 (libmunge's built-in socket, the one
+# slurmd asks before it has fetched AuthInfo) links to this cluster's munged; $1 is that socket's path.
+CONFIGLESS_ENTER = ('mount -t tmpfs tmpfs /run && mkdir -p /run/munge '
+                    '&& ln -s "$1" /run/munge/munge.socket.2 && shift && exec "$@"')
+# The same inside a Debian root (roots._ENTER plus the link): $1 the socket as the daemons see it, $2 the root.
+CONFIGLESS_ROOT_ENTER = ('s="$1"; r="$2"; shift 2; mount -t proc proc "$r/proc" && mount --bind /etc/hosts '
+                         '"$r/etc/hosts" && mount -t tmpfs tmpfs "$r/run" && mkdir -p "$r/run/munge" '
+                         '&& ln -s "$s" "$r/run/munge/munge.socket.2" && exec chroot "$r" "$@"')
 _PORT_LO, _PORT_HI = 20000, 32000  # below Linux's ephemeral range (32768-60999)
 
 
@@ -195,6 +203,7 @@ class SlurmCluster:
         strict: bool = True,
         line: str | None = None,
         reboot_delay: float = 2.0,
+        configless: bool = False,
     ) -> None:
         self.conf_dir = Path(conf_dir)
         self.line = line
@@ -223,6 +232,7 @@ class SlurmCluster:
         self.slurmd_ready_s: float | None = None  # first slurmd spawn -> all registered
         self.stop_notes: list[str] = []
         self.reboot_delay = reboot_delay
+        self.configless = configless
         self.reboots: list[tuple[str, float, float]] = []  # (node, request seen, slurmd -b started), monotonic
         self._reboot_stop = threading.Event()
         self._reboot_threads: list[threading.Thread] = []
@@ -348,6 +358,9 @@ class SlurmCluster:
             reboot_program=self._reboot_program() if self.slurmd_nodes else None,
         )
         text, notes, ports = adapt_slurm_conf(src.read_text(), layout, overrides=self.overrides)
+        if self.configless and "enable_configless" not in (SlurmConf.parse(text).param("SlurmctldParameters") or ""):
+            raise SlurmStartError(f"{src}: configless asked for, but SlurmctldParameters has no enable_configless; "
+                                  "render the spec with configless Slurm (the default) or start without configless")
         self.conf_path.write_text(text)
         self.node_ports = ports
         gres = self.etc / "gres.conf"
@@ -503,8 +516,8 @@ class SlurmCluster:
             batch = list(nodes[i : i + self.slurmd_batch])
             for node in batch:
                 (self.workdir / "spool" / node).mkdir(exist_ok=True)
-                argv = self.runtime.argv(["slurmd", "-D", "-N", node, "-f", str(self.inner_conf)])
-                self.slurmd[node] = self.tracker.spawn(f"slurmd[{node}]", argv, env=self.env,
+                argv = self._slurmd_argv(node)
+                self.slurmd[node] = self.tracker.spawn(f"slurmd[{node}]", argv, env=self._slurmd_env,
                                                        log=self.workdir / "log" / "slurmd.stderr",
                                                        order=ORDER_SLURMD)
             self.wait_registered(batch, deadline=deadline)
@@ -512,6 +525,41 @@ class SlurmCluster:
     def restart_slurmd(self, nodes: Sequence[str]) -> None:
         self.stop_slurmd(nodes)
         self.start_slurmd(nodes)
+
+    # ------------------------------------------------------------------------------ configless
+    def _slurmd_argv(self, node: str, *flags: str) -> list[str]:
+        """One emulated node's slurmd: reading the private slurm.conf (-f), or configless (--conf-server).
+
+        Configless, slurmd holds no slurm.conf of its own: it fetches slurm.conf, gres.conf, topology.conf and
+        cgroup.conf from slurmctld (REQUEST_CONFIG) and keeps them in SlurmdSpoolDir/conf-cache, spool/<node>/
+        here (SlurmdSpoolDir=spool/%n, %n is the -N name). Before it has a config it knows no AuthInfo, so it
+        asks libmunge's built-in socket, /run/munge/munge.socket.2 (22.05 logs "Failed to access" without
+        it): each configless slurmd runs in a private mount namespace with a tmpfs on /run that holds only a
+        link from that name to this cluster's private munged (CONFIGLESS_ENTER). Nothing on the host changes."""
+        if not self.configless:
+            return self.runtime.argv(["slurmd", *flags, "-D", "-N", node, "-f", str(self.inner_conf)])
+        inner = self.runtime.argv(["slurmd", *flags, "-D", "-N", node, "--conf-server",
+                                   f"127.0.0.1:{self._daemon_ports[0]}"])
+        sock = str(self.inner / "munge" / "munge.socket")
+        if self.runtime.root is None:
+            return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                    CONFIGLESS_ENTER, "sh", sock, *inner]
+        # inside a root, runtime.argv enters a private namespace and chroots ("sh", root, program...): the same,
+        # with the /run link made inside the root
+        assert inner[:7] == ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c"], inner
+        return [*inner[:7], CONFIGLESS_ROOT_ENTER, "sh", sock, *inner[9:]]
+
+    @property
+    def _slurmd_env(self) -> dict[str, str]:
+        """Configless, slurmd must not see SLURM_CONF: it would read that file and never ask the controller."""
+        env = self.env
+        if self.configless:
+            env.pop("SLURM_CONF", None)
+        return env
+
+    def conf_cache(self, node: str) -> Path:
+        """The folder where a configless slurmd keeps the configs slurmctld served it (SlurmdSpoolDir/conf-cache)."""
+        return self.workdir / "spool" / node / "conf-cache"
 
     def _reboot_program(self) -> str:
         """Write the emulated RebootProgram (REBOOT_SCRIPT) and return its command line as slurmd sees it."""
@@ -539,8 +587,8 @@ class SlurmCluster:
                     break
                 if self._reboot_stop.is_set():
                     return
-                argv = self.runtime.argv(["slurmd", "-b", "-D", "-N", node, "-f", str(self.inner_conf)])
-                self.slurmd[node] = self.tracker.spawn(f"slurmd[{node}]", argv, env=self.env,
+                argv = self._slurmd_argv(node, "-b")
+                self.slurmd[node] = self.tracker.spawn(f"slurmd[{node}]", argv, env=self._slurmd_env,
                                                        log=self.workdir / "log" / "slurmd.stderr",
                                                        order=ORDER_SLURMD)
                 self.reboots.append((node, seen, time.monotonic()))
@@ -577,9 +625,9 @@ class SlurmCluster:
         for i in range(0, len(nodes), self.slurmd_batch):
             batch = nodes[i : i + self.slurmd_batch]
             for node in batch:
-                argv = self.runtime.argv(["slurmd", "-D", "-N", node, "-f", str(self.inner_conf)])
+                argv = self._slurmd_argv(node)
                 self.slurmd[node] = self.tracker.spawn(
-                    f"slurmd[{node}]", argv, env=self.env, log=err_log, order=ORDER_SLURMD
+                    f"slurmd[{node}]", argv, env=self._slurmd_env, log=err_log, order=ORDER_SLURMD
                 )
             self.wait_registered(batch, deadline=deadline)
         self.slurmd_ready_s = time.monotonic() - t0
