@@ -55,3 +55,13 @@ def test_every_kept_pair_is_still_a_pair():
     stale = {name: sorted(paths) for name, (paths, _) in KEPT.items() if found.get(name) != paths}
     assert not stale, f"KEPT lists pairs the tree no longer has: {stale}; drop or update them"
     assert all(len(why) > 40 for _, why in KEPT.values()), "each kept pair says why"
+
+
+def test_no_two_test_modules_share_a_name():
+    """pytest imports tests/ and tests/staged/ by basename (rootdir mode, no __init__.py): two test_x.py are a
+    collection error in whichever run meets both, which CI does (seen: tests/test_pull.py beside
+    tests/staged/test_pull.py stopped the unit phase)."""
+    seen: dict[str, list[str]] = defaultdict(list)
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        seen[path.name].append(str(path.relative_to(ROOT)))
+    assert not {name: paths for name, paths in seen.items() if len(paths) > 1}
