@@ -70,6 +70,7 @@ SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:=^/+-]*$")  # nothing a shell or slurm.
 
 
 ROCE_LINE = re.compile(r'^ROCE_[A-Z_]+=([A-Za-z0-9_.,:-]*|"[A-Za-z0-9_.:-]+( [A-Za-z0-9_.:-]+)*")$')
+SYSTEMD_LINE = re.compile(r"^(\[[A-Z][A-Za-z]*\]|[A-Z][A-Za-z]*=[A-Za-z0-9@_.:-]+( [A-Za-z0-9@_.:-]+)*)$")
 GANESHA_LINE = re.compile(r"^\t*([A-Z][A-Za-z0-9_]* \{|\}|[A-Z][A-Za-z0-9_]* = [^;{}#\n]+;)$")
 
 
@@ -84,6 +85,10 @@ def assert_parseable(out: dict[str, str]) -> None:
             for line in text.splitlines():
                 if line and not line.startswith("#"):
                     assert ROCE_LINE.match(line), f"{name}: unsafe line {line!r}"
+        elif name.startswith("slurmd-") and name.endswith(".conf"):  # a systemd drop-in: [Section], Key=units
+            for line in text.splitlines():
+                if line and not line.startswith("#"):
+                    assert SYSTEMD_LINE.match(line), f"{name}: {line!r}"
         elif name.endswith(".conf"):
             for line in text.splitlines():
                 if line and not line.startswith("#"):
