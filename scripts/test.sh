@@ -5,9 +5,12 @@
 # Phases, each timed (the table is printed at the end, also after a failure):
 #   setup      scripts/setup.sh (Debian packages, .venv, the trixie and sid Slurm roots)
 #   ruff, ansible-lint
-#   unit       every test not marked `staged`, under pytest-xdist (GPUCLUSTER_TEST_WORKERS, default 2)
-#   staged     the staged-node tests in one process: the staged clusters are session fixtures that every
-#              staged module shares (tests/staged/conftest.py), so they are brought up once per run
+#   unit       every test not marked `staged`, under pytest-xdist (GPUCLUSTER_TEST_WORKERS, default 4: more
+#              workers than cores, as the emulator tests mostly wait on real slurmctld/slurmd)
+#   staged     the staged-node tests under pytest-xdist, `--dist loadgroup` (GPUCLUSTER_STAGED_WORKERS, default
+#              2): one worker per staged cluster (22.05 and 24.11), each cluster brought up once by its worker
+#              (tests/staged/conftest.py gives every staged test its cluster's group)
+# Each pytest phase ends with its slowest tests (--durations), so every log shows where the time went.
 # Every phase runs even when an earlier one failed, so one run reports everything; the exit status is the
 # first failure's. The last line sums both pytest phases ("N passed, N failed, N skipped").
 set -uo pipefail
@@ -38,7 +41,7 @@ pytest_phase() {  # pytest_phase NAME MARKER [ARGS...]: a pytest run; "no test c
   shift 2
   local select=()
   [ -z "$marker" ] || select=(-m "$marker")
-  .venv/bin/pytest -ra "${select[@]}" --junitxml="$results/$name.xml" "$@" || rc=$?
+  .venv/bin/pytest -ra --durations=25 --durations-min=1 "${select[@]}" --junitxml="$results/$name.xml" "$@" || rc=$?
   if [ "$rc" -eq 5 ]; then
     echo "$name: no test selected"
     return 0
@@ -46,7 +49,8 @@ pytest_phase() {  # pytest_phase NAME MARKER [ARGS...]: a pytest run; "no test c
   return "$rc"
 }
 
-workers=${GPUCLUSTER_TEST_WORKERS:-2}
+workers=${GPUCLUSTER_TEST_WORKERS:-4}
+staged_workers=${GPUCLUSTER_STAGED_WORKERS:-2}
 
 run_phase setup bash scripts/setup.sh
 if [ "$status" -ne 0 ]; then
@@ -65,7 +69,7 @@ if $own_marker; then  # the caller chose the tests: one serial run of exactly th
   run_phase tests pytest_phase tests "" "$@"
 else
   run_phase unit pytest_phase unit "not staged" -n "$workers" "$@"
-  run_phase staged pytest_phase staged "staged" "$@"
+  run_phase staged pytest_phase staged "staged" -n "$staged_workers" --dist loadgroup "$@"
 fi
 
 echo

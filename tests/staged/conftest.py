@@ -50,11 +50,38 @@ SPEC = ROOT / "examples" / "staging.yaml"
 TRIXIE_SPEC = ROOT / "examples" / "staging-trixie.yaml"  # the same cluster on Slurm 24.11, Debian 13 nodes
 
 
+# The staged phase runs under pytest-xdist with `--dist loadgroup` (scripts/test.sh): one worker per group, so
+# the two clusters come up, configure and are tested side by side, each by exactly one worker. A test's group
+# is the cluster its fixtures name; a staged test that names neither stages its own nodes from the default
+# (bookworm) image and joins the 22.05 group, because in CI the 22.05 fixture removes that image before it
+# builds a fresh one (`podman rmi --force` also removes every container made from it).
+GROUP_22_05 = "staged-22.05"  # examples/staging.yaml: bookworm nodes
+GROUP_24_11 = "staged-24.11"  # examples/staging-trixie.yaml: trixie nodes
+CLUSTER_GROUPS = {"staged_cluster": GROUP_22_05, "staged_trixie": GROUP_24_11}
+
+
+def staged_group(item: pytest.Item) -> str:
+    """The xdist group of a staged test: the group of the cluster fixture it uses (directly or through another
+    fixture), else GROUP_22_05 (see above). A test using both cluster fixtures would need one worker for both,
+    which the grouping cannot give: it is refused at collection."""
+    groups = {CLUSTER_GROUPS[f] for f in getattr(item, "fixturenames", ()) if f in CLUSTER_GROUPS}
+    if len(groups) > 1:
+        both = ", ".join(sorted(CLUSTER_GROUPS))
+        raise pytest.UsageError(f"{item.nodeid}: uses both staged cluster fixtures ({both}); each cluster is "
+                                "brought up by one xdist worker: split the test in two")
+    return groups.pop() if groups else GROUP_22_05
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `disruptive` (they stop a node or a daemon) run after every other test of the
-    session, so a node that comes back in a worse state cannot fail checks that have nothing to do
-    with it. Among themselves they run by rank, `disruptive(2)` (a whole node stopped) after
-    `disruptive` (rank 1: a daemon stopped or a key changed, then restored); ties keep their order."""
+    """Every staged test gets the xdist group of its cluster (staged_group). Tests marked `disruptive` (they
+    stop a node or a daemon) run after every other test of the session, so a node that comes back in a worse
+    state cannot fail checks that have nothing to do with it. Among themselves they run by rank,
+    `disruptive(2)` (a whole node stopped) after `disruptive` (rank 1: a daemon stopped or a key changed,
+    then restored); ties keep their order. One order for all items keeps that order inside each group too:
+    xdist's loadgroup sends a group's tests to its worker in collection order."""
+    for item in items:
+        if item.get_closest_marker("staged") and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(staged_group(item)))
     last = [item for item in items if item.get_closest_marker("disruptive")]
     last.sort(key=lambda item: (item.get_closest_marker("disruptive").args or (1,))[0])
     if last:

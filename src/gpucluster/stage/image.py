@@ -54,6 +54,9 @@ PREBAKED_PACKAGES: tuple[str, ...] = (
     "moosefs-master", "moosefs-chunkserver", "moosefs-client", "moosefs-cli",
     "nfs-ganesha", "nfs-ganesha-vfs", "libnfs-utils", "nfs-common",
     "rdma-core", "ibverbs-utils", "infiniband-diags", "perftest",
+    # roles/pull_runner (pull_runner_packages): site.yml installs the pull runner on every configure, and each
+    # node downloading these three cost every staged configure an apt run; the role still installs them.
+    "python3-jinja2", "python3-yaml", "python3-packaging",
 )
 
 # Files written into the root before the build script runs: path -> (mode, content).
@@ -172,7 +175,7 @@ def ensure_image(log: Log = print, suite: str = SUITE) -> str:
     if image_exists(ref):
         log(f"stage: reusing image {ref}")
         return ref
-    with _build_lock():
+    with _build_lock(suite):
         if image_exists(ref):  # another process built it while we waited
             log(f"stage: reusing image {ref}")
             return ref
@@ -186,12 +189,14 @@ def image_size(ref: str) -> int:
 
 
 @contextlib.contextmanager
-def _build_lock() -> Iterator[None]:
-    """One image build at a time per user. The lock lives in the user's private cache folder, never in the
-    shared /tmp, where another user could plant a link under its name."""
+def _build_lock(suite: str) -> Iterator[None]:
+    """One image build per suite at a time per user (two suites build side by side: their refs and work
+    folders differ; the staged tests bring up a bookworm and a trixie cluster in parallel). The lock lives in
+    the user's private cache folder, never in the shared /tmp, where another user could plant a link under
+    its name."""
     from gpucluster.paths import cache_dir, locked
 
-    with locked(cache_dir("locks") / "node-image.lock"):
+    with locked(cache_dir("locks") / f"node-image-{suite}.lock"):
         yield
 
 
