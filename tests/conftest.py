@@ -196,16 +196,120 @@ def pytest_collectstart(collector):
 SLOW_ENV = "GPUCLUSTER_SLOW"
 
 
-def pytest_configure(config):
+def _register_slow(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"slow: over ~60 s on 2 cores; runs in CI, with {SLOW_ENV}=1 or -m slow")
 
 
+def daemon_group(item: pytest.Item) -> str | None:
+    """The xdist group of a test that starts real Slurm daemons (marked `slurm` or `emulate`): its module plus
+    the values of its module-scoped parameters, i.e. one group per cluster a module-scoped fixture starts.
+    Under `--dist loadgroup` (scripts/test.sh) each such cluster starts on one worker only, while the
+    clusters of one module (e.g. one per Slurm release) still run on different workers side by side; plain
+    `--dist load` would start a module's cluster again on every worker that got one of its tests. Staged
+    tests are grouped by tests/staged/conftest.py; every other test is its own group (spread freely)."""
+    starts_daemons = item.get_closest_marker("slurm") or item.get_closest_marker("emulate")
+    if item.get_closest_marker("staged") or not starts_daemons:
+        return None
+    module = item.nodeid.split("::", 1)[0]
+    callspec = getattr(item, "callspec", None)
+    scopes = getattr(callspec, "_arg2scope", {})  # pytest's own record of each parameter's fixture scope
+    shared = [f"{name}{callspec.indices[name]}" for name in sorted(getattr(callspec, "params", {}))
+              if getattr(scopes.get(name), "value", "function") in ("module", "package", "session")]
+    return module + (f"[{','.join(shared)}]" if shared else "")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Slow tests stay out of a developer's default run (a time budget, not a missing tool): they run
-    with GPUCLUSTER_SLOW=1, when -m names them, and always in CI (CI runs everything it can)."""
+    """Tests that start Slurm daemons get their cluster's xdist group (daemon_group). Slow tests stay out of
+    a developer's default run (a time budget, not a missing tool): they run with GPUCLUSTER_SLOW=1, when -m
+    names them, and always in CI (CI runs everything it can)."""
+    for item in items:
+        group = daemon_group(item)
+        if group and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(group))
     if os.environ.get("CI") or os.environ.get(SLOW_ENV) == "1" or "slow" in (config.getoption("-m") or ""):
         return
     skip = pytest.mark.skip(reason=f"slow (over ~60 s on 2 cores): run with {SLOW_ENV}=1 or -m slow")
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+# ---- xdist groups (scripts/test.sh runs both pytest phases with `--dist loadgroup`) ---------------------
+# Tests carry the standard `xdist_group` mark (daemon_group above, tests/staged/conftest.py). xdist's own
+# loadgroup tells the controller a test's group by appending "@group" to its node id, which pytest 9.2's
+# structured node ids ignore (pytest-xdist#1386): the groups would be silently spread over every worker
+# (src/gpucluster/validate/checks/conftest.py met the same). So each worker writes the groups it collected
+# to a file in a folder the controller made, and the controller's scheduler reads them back.
+_GROUPS_KEY = "gpucluster_xdist_groups"
+_groups_dir = pytest.StashKey[Path]()  # the controller's folder of the workers' group files
+
+
+def _loadgroup(config: pytest.Config) -> bool:
+    return config.pluginmanager.hasplugin("xdist") and config.getvalue("dist") == "loadgroup"
+
+
+def pytest_configure(config):
+    _register_slow(config)
+    if _loadgroup(config) and not hasattr(config, "workerinput"):  # the controller
+        import tempfile
+
+        config.stash[_groups_dir] = Path(tempfile.mkdtemp(prefix="pytest-xdist-groups-"))
+
+
+def pytest_unconfigure(config):
+    folder = config.stash.get(_groups_dir, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """Controller: tell each worker where to write the groups it collected."""
+    folder = node.config.stash.get(_groups_dir, None)
+    if folder is not None:
+        node.workerinput[_GROUPS_KEY] = str(folder)
+
+
+def _group_of(item: pytest.Item) -> str | None:
+    names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                    for m in item.iter_markers("xdist_group")})
+    return "_".join(names) or None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session):
+    """Worker: write {node id: group} before xdist reports the collection (its hook runs after this one)."""
+    import json
+
+    folder = getattr(session.config, "workerinput", {}).get(_GROUPS_KEY)
+    if folder is None:
+        return
+    groups = {item.nodeid: g for item in session.items if (g := _group_of(item))}
+    target = Path(folder) / f"{session.config.workerinput['workerid']}.json"
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps(groups))
+    tmp.replace(target)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Controller: loadgroup scheduling by the groups the workers wrote; a test without a group is its own
+    unit (spread freely), as in xdist's loadgroup. Groups are handed out largest first."""
+    folder = config.stash.get(_groups_dir, None)
+    if folder is None:
+        return None
+    import json
+
+    from xdist.scheduler import LoadGroupScheduling
+
+    class FileGroups(LoadGroupScheduling):
+        _groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._groups is None:  # first called in schedule(), after every worker's collection came in
+                self._groups = {}
+                for f in sorted(folder.glob("*.json")):
+                    self._groups.update(json.loads(f.read_text()))
+            return self._groups.get(nodeid) or super()._split_scope(nodeid)
+
+    return FileGroups(config, log)
