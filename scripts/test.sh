@@ -5,8 +5,9 @@
 # Phases, each timed (the table is printed at the end, also after a failure):
 #   setup      scripts/setup.sh (Debian packages, .venv, the trixie and sid Slurm roots)
 #   ruff, ansible-lint
-#   unit       every test not marked `staged`, under pytest-xdist (GPUCLUSTER_TEST_WORKERS, default 4: more
-#              workers than cores, as the emulator tests mostly wait on real slurmctld/slurmd)
+#   unit       every test not marked `staged`, under pytest-xdist, `--dist loadgroup` (GPUCLUSTER_TEST_WORKERS,
+#              default 4: more workers than cores, as the emulator tests mostly wait on real slurmctld/slurmd;
+#              each cluster a module-scoped fixture starts stays on one worker, tests/conftest.py)
 #   staged     the staged-node tests under pytest-xdist, `--dist loadgroup` (GPUCLUSTER_STAGED_WORKERS, default
 #              2): one worker per staged cluster (22.05 and 24.11), each cluster brought up once by its worker
 #              (tests/staged/conftest.py gives every staged test its cluster's group)
@@ -68,7 +69,7 @@ done
 if $own_marker; then  # the caller chose the tests: one serial run of exactly those
   run_phase tests pytest_phase tests "" "$@"
 else
-  run_phase unit pytest_phase unit "not staged" -n "$workers" "$@"
+  run_phase unit pytest_phase unit "not staged" -n "$workers" --dist loadgroup "$@"
   run_phase staged pytest_phase staged "staged" -n "$staged_workers" --dist loadgroup "$@"
 fi
 
