@@ -70,7 +70,9 @@ if $own_marker; then  # the caller chose the tests: one serial run of exactly th
   run_phase tests pytest_phase tests "" "$@"
 else
   run_phase unit pytest_phase unit "not staged" -n "$workers" --dist loadgroup "$@"
-  run_phase staged pytest_phase staged "staged" -n "$staged_workers" --dist loadgroup "$@"
+  # --timeout: the two clusters' session set-ups (image build, stage up, first configure) now run at the same
+  # time on the same cores, so each takes longer than alone; seen past 1,500 s at load average 40-50.
+  run_phase staged pytest_phase staged "staged" -n "$staged_workers" --dist loadgroup --timeout 3000 "$@"
 fi
 
 echo
