@@ -84,7 +84,9 @@ def _manifest(node) -> dict:
     return json.loads((Path(node.WORK) / node.APPLIED).read_text())
 
 
-def test_a_full_run_records_what_it_manages_then_the_same_bundle_skips_ansible(node):
+def test_a_full_run_records_what_it_manages_the_same_bundle_skips_and_drift_runs_the_roles(node):
+    """One node's life: full run (records), no-op (skips Ansible), hand edits (the roles run and restore them),
+    no-op again, --full (Ansible runs anyway). Two real playbook runs and a short third."""
     out = node.test_paths[1]
     first = _run(node)
     assert first["rc"] == 0 and first["failed"] == 0 and not first.get("unchanged"), first
@@ -103,11 +105,7 @@ def test_a_full_run_records_what_it_manages_then_the_same_bundle_skips_ansible(n
     assert (Path(node.WORK) / "last.log").stat().st_mtime_ns == log_before, "Ansible ran on a verified node"
     assert again["seconds"] < 2
 
-
-def test_drift_in_a_managed_file_runs_the_roles_which_restore_it(node):
-    out = node.test_paths[1]
-    _run(node)
-    (out / "managed.conf").write_text("setting=2\n")  # a hand edit
+    (out / "managed.conf").write_text("setting=2\n")  # hand edits
     (out / "left.conf").chmod(0o600)
     (out / "gone").write_text("back\n")
     fixed = _run(node)
@@ -119,15 +117,22 @@ def test_drift_in_a_managed_file_runs_the_roles_which_restore_it(node):
     assert stat.S_IMODE((out / "left.conf").stat().st_mode) == 0o644
     assert _run(node).get("unchanged") is True
 
+    forced = _run(node, full=True, tags="nothing-has-this-tag")  # no task has the tag: a short run
+    assert not forced.get("unchanged") and forced["drift"] == ["--full"] and forced["rc"] == 0, forced
 
-def test_a_new_bundle_full_or_a_partial_run_never_skips_and_a_partial_run_forgets_the_manifest(node):
-    _run(node)
+
+def test_another_bundle_or_host_never_skips_and_a_partial_run_forgets_the_manifest(node):
+    out = node.test_paths[1]
+    listing = Path(node.WORK) / "listing.json"
+    os.makedirs(node.WORK, mode=0o700)
+    (out / "managed.conf").write_text("setting=1\n")
+    listing.write_text(json.dumps({"files": {str(out / "managed.conf"): "t"}, "services": {}}))
+    node.record_manifest("node1", H1, str(listing))
+    assert node.verify_manifest("node1", H1) == ({"files": 1, "services": 0}, [])
     verified, why = node.verify_manifest("node1", H2)
     assert verified is None and "new bundle" in why[0]
     verified, why = node.verify_manifest("node2", H1)
     assert verified is None and "node1" in why[0]
-    forced = _run(node, full=True)
-    assert not forced.get("unchanged") and forced["drift"] == ["--full"] and forced["recorded"]["files"] == 5
     partial = _run(node, H2, tags="nothing-has-this-tag")
     assert not partial.get("unchanged") and partial["rc"] == 0 and "recorded" not in partial
     assert not (Path(node.WORK) / node.APPLIED).exists(), "a partial run of another bundle kept the manifest"
