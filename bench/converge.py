@@ -3,10 +3,18 @@ then what a no-op converge costs by push and by pull, in the same run (--compare
 
     .venv/bin/python bench/converge.py [SPEC] [--keep] [--json FILE]
     .venv/bin/python bench/converge.py --compare [--inventory INV] [--secrets FILE] [--repeat N] [--json FILE]
+                                             [--modes pull,push,pull-full]
 
 --compare measures, on a converged cluster, the controller's CPU-seconds (this process and every process it
 started, bench/converge_cost.py) per host and the wall time of: a push of every host, a push of the fleet
-(the hosts that pull), and a pull of the fleet; and the nodes' CPU (their containers' cgroups) beside it.
+(the hosts that pull), a pull of the fleet (the fast no-op where a node's manifest of the bundle verifies: no
+Ansible there), and a pull with --full (every node runs its roles); and the nodes' CPU (their containers'
+cgroups) beside it, and the load average after each run (the machine may be shared). Without --inventory it
+stages its own cluster, converges it by push and pulls once (so each node records its manifest) before it
+measures. The quiet-machine figure of docs/roles.md is one command:
+
+    .venv/bin/python bench/converge.py --compare --modes pull,push,pull-full --json bench/converge-fast.json
+
 With --inventory it uses that staged cluster (already converged, with the pull runner) and leaves it up.
 
 Prints the times (targets for examples/staging.yaml on a 2-core development machine: stage up plus
@@ -48,8 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inventory", help="with --compare: a staged, converged cluster's inventory (left up)")
     parser.add_argument("--secrets", help="with --compare --inventory: its secrets file")
     parser.add_argument("--repeat", type=int, default=1, help="with --compare: measure each mode N times")
-    parser.add_argument("--modes", default="push,pull", help="with --compare: of push-all (every host by push), "
-                        "push (the fleet by push), pull (the fleet by pull), comma separated")
+    parser.add_argument("--modes", default="pull,push,pull-full", help="with --compare: of push-all (every host by "
+                        "push), push (the fleet by push), pull (the fleet by pull: the fast no-op where the manifest "
+                        "verifies), pull-full (the fleet by pull --full), comma separated")
     args = parser.parse_args(argv)
     if args.compare:
         return compare(args)
@@ -135,6 +144,9 @@ def compare(args) -> int:
                                       log=lambda _l: None)
         first = configure(inventory, log=lambda _l: None)
         print(f"first configure {first.elapsed:.1f} s ({'ok' if first.ok else 'FAILED'})", flush=True)
+        primed = pull(inventory, log=lambda _l: None)  # a full run on every node: each records its manifest
+        print(f"first pull (full, records the manifests) {primed.elapsed:.1f} s "
+              f"({'ok' if primed.ok else 'FAILED'}, {primed.changed} changes)", flush=True)
     inv = load_inventory(inventory)
     pull_hosts, push_hosts = fleet(inv)
     names = _staged_containers(inventory)
@@ -160,20 +172,29 @@ def compare(args) -> int:
 
     def pull_fleet():
         r = pull(inventory, secrets=secret_values, log=quiet)
+        skipped = len(r.unchanged)
+        if skipped != len(r.hosts):
+            print(f"  note: {len(r.hosts) - skipped} of {len(r.hosts)} hosts ran Ansible (no verified manifest)",
+                  flush=True)
+        return r.changed, r.ok
+
+    def pull_full():
+        r = pull(inventory, secrets=secret_values, full=True, log=quiet)
         return r.changed, r.ok
 
     known = {"push-all": ("push, every host", len(inv.hosts), push_all),
              "push": ("push, the fleet", len(pull_hosts), push_fleet),
-             "pull": ("pull, the fleet", len(pull_hosts), pull_fleet)}
+             "pull": ("pull, fast no-op", len(pull_hosts), pull_fleet),
+             "pull-full": ("pull --full", len(pull_hosts), pull_full)}
     modes = [known[m.strip()] for m in args.modes.split(",") if m.strip() in known]
     print(f"{'mode':18s} {'hosts':>5s} {'wall s':>7s} {'ctl CPU s':>9s} {'ctl s/host':>10s} {'nodes CPU s':>11s} "
-          f"{'changes':>7s}", flush=True)
+          f"{'changes':>7s}  load after", flush=True)
     for _ in range(max(1, args.repeat)):
         for label, hosts, run in modes:
             cost = measure(label, hosts, run, cgroups)
             numbers["runs"].append({**cost.row(), "load_after": _load()})
             print(f"{label:18s} {hosts:5d} {cost.wall_s:7.1f} {cost.controller_cpu_s:9.2f} "
-                  f"{cost.controller_per_host:10.3f} {cost.nodes_cpu_s:11.1f} {cost.changed:7d}"
+                  f"{cost.controller_per_host:10.3f} {cost.nodes_cpu_s:11.1f} {cost.changed:7d}  {_load()}"
                   f"{'' if cost.ok else '  FAILED'}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(numbers, indent=2) + "\n")

@@ -166,6 +166,33 @@ def test_one_line_per_host_carries_changed_failed_and_the_bundle():
     assert silent.failed and "Connection refused" in silent.error
 
 
+def test_a_node_that_verified_its_manifest_says_unchanged_and_what_it_verified():
+    from gpucluster.configure.pull import PullResult, _parse, summary
+
+    want = "a" * 64
+    fast = _parse("gpu01", _proc(json.dumps({"bundle": want, "changed": 0, "failed": 0, "rc": 0, "seconds": 0.08,
+                                             "unchanged": True, "verified": {"files": 61, "services": 6}}) + "\n"),
+                  want)
+    assert fast.unchanged
+    assert fast.line() == "gpu01  unchanged  bundle=aaaaaaaaaaaa  verified 61 files, 6 services  0.08s"
+    ran = _parse("gpu02", _proc(json.dumps({"bundle": want, "changed": 1, "failed": 0, "rc": 0, "seconds": 40,
+                                            "drift": ["/etc/nccl.conf: sha256 1 (was 2)"],
+                                            "changes": ["nccl : Config"]}) + "\n"), want)
+    assert not ran.unchanged and "ran the roles: /etc/nccl.conf: sha256" in ran.line()
+    result = PullResult(bundle=want, hosts={"gpu01": fast, "gpu02": ran}, elapsed=41.0, push_hosts=[])
+    assert result.unchanged == ["gpu01"] and "1 verified their manifest, no Ansible run" in summary(result)
+
+
+def test_full_goes_with_pull_only(tmp_path):
+    """--full forces the roles on nodes whose manifest verifies; a push has no fast path to force."""
+    from gpucluster.cli import build_parser
+
+    assert build_parser().parse_args(["configure", "inv", "--pull", "--full"]).full
+    res = subprocess.run([sys.executable, "-m", "gpucluster.cli", "configure", str(tmp_path), "--push", "--full"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 2 and "--full goes with --pull" in res.stderr and "Traceback" not in res.stderr
+
+
 def test_controllers_and_slurmdbd_stay_push_and_the_fleet_pulls(compiled):
     from gpucluster.configure.pull import PULL_ABOVE, fleet, wants_pull
     from gpucluster.inventory.reader import load_inventory

@@ -94,6 +94,7 @@ FLAGS: dict[str, Flag] = {
     "--pull": _f("switch", "", "the fleet converges itself from the compiled bundle (docs/roles.md)"),
     "--push": _f("switch", "", "Ansible on this machine reaches every host"),
     "--concurrency": _f("int", "N", "with pull: nodes converging at once"),
+    "--full": _f("switch", "", "with pull: every node runs the roles, even where its manifest of the bundle verifies"),
     "--batch": _f("int", "N", "reconfigure the Slurm daemons N hosts at a time"),
     "--playbook": _f("text", "PLAYBOOK", "the playbook under playbooks/ to run"),
     "--project-dir": _f("text", "DIR", "the folder with ansible.cfg, playbooks/ and roles/"),

@@ -6,6 +6,12 @@ settings in the spec reaches every GPU node by pull (and only them), then the se
 No second cluster comes up. Measured on the shared 2-core development machine at load 25-30: the no-op pull took
 330-377 s and the NCCL change and its restore 178 s. A push no-op took 446 s there, against 122-130 s in CI,
 so expect about 3 minutes in CI (an estimate, not measured there), most of it the nodes' own Ansible.
+
+The fast no-op (gpucluster-pull's manifest): the first pull here is a full run on every host and records each
+node's manifest; the second verifies it and skips Ansible everywhere; a hand edit of /etc/nccl.conf on one node
+makes the next no-op pull run the roles there only, which restore the file. Their cost: one pull with no
+Ansible anywhere (the bundle's build and publication, one ssh per host) and one node's full run alone, about
+1.5 minutes more in CI (an estimate from the figures above, not measured there).
 """
 
 from __future__ import annotations
@@ -79,6 +85,41 @@ def test_a_pull_of_a_converged_cluster_changes_nothing_and_reports_the_bundle(st
     assert not changed, f"a pull of a converged cluster changed {changed}"
     built = _bundle_hash(c, c.inventory)
     assert {r.bundle for r in result.hosts.values()} == {built} == {result.bundle}
+
+
+def test_a_second_noop_pull_verifies_each_nodes_manifest_and_skips_ansible(staged_cluster):
+    """The first pull above was a full run on every host (no manifest yet); now each node verifies the manifest
+    that run recorded (files by sha256, mode, owner; services active) and runs no Ansible."""
+    c = staged_cluster
+    _need_converged(c)
+    result = _pull(c, c.inventory, "noop-fast")
+    failed = {h: r.error for h, r in result.hosts.items() if r.failed}
+    assert not failed, f"pull failed on {failed}"
+    ran = {h: r.drift for h, r in result.hosts.items() if not r.unchanged}
+    assert not ran, f"these hosts ran Ansible on a no-op pull of the bundle they last applied: {ran}"
+    gpus = set(c.hosts("gpu_nvidia"))
+    for host, r in result.hosts.items():  # measured: 43 files and 3 services on a GPU node, 7-11 and 2 elsewhere
+        assert r.bundle == result.bundle and r.verified["files"] >= (20 if host in gpus else 1), (host, r)
+        assert r.verified["services"] >= 1, (host, r)
+        assert r.seconds < 10, f"{host}: the manifest check took {r.seconds} s"
+    assert result.elapsed < 120, f"a fast no-op pull took {result.elapsed:.0f} s (log {c.logs / 'pull-noop-fast.log'})"
+
+
+def test_a_hand_edit_on_one_node_runs_the_roles_there_only_and_is_restored(staged_cluster):
+    c = staged_cluster
+    _need_converged(c)
+    edited = c.hosts("gpu_nvidia")[0]
+    c.exec(edited, "sh", "-c", "echo 'NCCL_DEBUG=TRACE  # a hand edit' >> /etc/nccl.conf", check=True)
+    result = _pull(c, c.inventory, "noop-drift")
+    failed = {h: r.error for h, r in result.hosts.items() if r.failed}
+    assert not failed, f"pull failed on {failed}"
+    ran = {h for h, r in result.hosts.items() if not r.unchanged}
+    assert ran == {edited}, {h: r.drift for h, r in result.hosts.items()}
+    r = result.hosts[edited]
+    assert any(d.startswith("/etc/nccl.conf: sha256") for d in r.drift), r.drift
+    assert r.changed >= 1 and any("nccl" in t.lower() for t in r.changes), r.changes
+    conf = c.exec(edited, "cat", "/etc/nccl.conf", check=True).stdout
+    assert "hand edit" not in conf and "NCCL_IB_QPS_PER_CONNECTION=1" in conf, conf
 
 
 @pytest.mark.disruptive  # the NCCL settings differ for a while, then the session's spec is pulled again

@@ -23,6 +23,11 @@ def cmd_configure(args: argparse.Namespace) -> int:
 
     if _pulls(args):
         return _cmd_pull(args)
+    if args.full:
+        from gpucluster.errors import UsageError
+
+        raise UsageError("configure --full: only a pull skips the roles on a verified node, so --full goes with "
+                         "--pull (a push always runs every role)")
 
     def log(text: str) -> None:
         print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
@@ -72,7 +77,7 @@ def _cmd_pull(args: argparse.Namespace) -> int:
 
         values, _raw = checked_secrets(args.secrets)
     result = pull(args.inventory, limit=args.limit, tags=args.tags, check=args.check, diff=args.diff,
-                  secrets=values, state_dir=args.state_dir, project=args.project_dir,
+                  full=args.full, secrets=values, state_dir=args.state_dir, project=args.project_dir,
                   concurrency=args.concurrency, log=log)
     print(pull_summary(result), file=out, flush=True)
     if args.json:
@@ -146,6 +151,10 @@ def register(sub) -> None:
                       "64 fleet hosts; always for the Slurm controller and slurmdbd, and to install the pull runner)")
     p.add_argument("--concurrency", type=int, default=64, metavar="N", help="with pull: nodes converging at once "
                    "(default 64)")
+    p.add_argument("--full", action="store_true", help="with pull: every node runs the roles, even where its "
+                   "manifest of this bundle verifies (a node skips Ansible when the bundle is the one it last applied "
+                   "and every file and service it manages is as that run left it; run --full now and then for what "
+                   "the manifest does not cover: packages, command tasks)")
     p.set_defaults(func=cmd_configure)
 
     q = sub.add_parser("secrets", help="write the cluster's secrets (munge key, slurmdbd password) to a 0600 "

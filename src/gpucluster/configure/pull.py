@@ -48,11 +48,19 @@ class HostResult:
     fetched: bool = False
     changes: list[str] = field(default_factory=list)
     error: str = ""
+    unchanged: bool = False  # the node verified its manifest of this bundle and did not run Ansible
+    verified: dict[str, int] = field(default_factory=dict)  # files, services checked on that fast path
+    drift: list[str] = field(default_factory=list)  # why the roles ran: what differed, a new bundle, --full
 
     def line(self) -> str:
+        if self.unchanged and not self.failed:
+            return (f"{self.host}  unchanged  bundle={self.bundle[:12]}  verified {self.verified.get('files', 0)} "
+                    f"files, {self.verified.get('services', 0)} services  {self.seconds:.2f}s")
         verdict = "FAILED" if self.failed else "ok"
         text = (f"{self.host}  {verdict}  changed={self.changed} failed={self.failed} bundle={self.bundle[:12] or '-'}"
                 f"{' (fetched)' if self.fetched else ''}  {self.seconds:.1f}s")
+        if self.drift:
+            text += "  ran the roles: " + "; ".join(self.drift[:3]) + (" ..." if len(self.drift) > 3 else "")
         if self.changes:
             text += "  changed: " + "; ".join(self.changes[:6]) + (" ..." if len(self.changes) > 6 else "")
         if self.error:
@@ -75,6 +83,11 @@ class PullResult:
     @property
     def changed(self) -> int:
         return sum(r.changed for r in self.hosts.values())
+
+    @property
+    def unchanged(self) -> list[str]:
+        """Hosts that verified their manifest and skipped Ansible (the fast no-op)."""
+        return sorted(h for h, r in self.hosts.items() if r.unchanged and not r.failed)
 
 
 def fleet(inv: Inventory, limit: str | None = None) -> tuple[list[str], list[str]]:
@@ -110,7 +123,9 @@ def _parse(host: str, proc: subprocess.CompletedProcess, want: str) -> HostResul
     got = HostResult(host, changed=int(data.get("changed") or 0), failed=int(data.get("failed") or 0),
                      bundle=str(data.get("bundle") or ""), seconds=float(data.get("seconds") or 0),
                      fetched=bool(data.get("fetched")), changes=list(data.get("changes") or []),
-                     error=str(data.get("error") or ""))
+                     error=str(data.get("error") or ""), unchanged=bool(data.get("unchanged")),
+                     verified={k: int(v) for k, v in (data.get("verified") or {}).items()},
+                     drift=[str(d) for d in data.get("drift") or []])
     if got.bundle != want:
         got.failed, got.error = 1, f"ran bundle {got.bundle[:12]}, not {want[:12]}"
     if proc.returncode and not got.failed:
@@ -138,12 +153,13 @@ def publish(inv: Inventory, bundle, log: Log) -> str:
 
 
 def pull(inventory: str | os.PathLike, *, limit: str | None = None, tags: str | None = None,
-         check: bool = False, diff: bool = False, secrets: dict[str, str] | None = None,
+         check: bool = False, diff: bool = False, full: bool = False, secrets: dict[str, str] | None = None,
          state_dir: str | os.PathLike | None = None, project: str | os.PathLike | None = None,
          concurrency: int = CONCURRENCY, log: Log = print) -> PullResult:
     """Converge the fleet hosts of `inventory` by pull; never raises for host failures. `secrets` are the values
     of the operator's checked secrets file (configure.secrets.checked_secrets): only to refuse a bundle that
-    holds one; none of them travels."""
+    holds one; none of them travels. A node whose manifest of this bundle verifies skips its Ansible run
+    (gpucluster-pull); `full` makes every node run the roles anyway."""
     from gpucluster.compiled import ensure_compiled
     from gpucluster.configure.bundle import build
 
@@ -170,6 +186,8 @@ def pull(inventory: str | os.PathLike, *, limit: str | None = None, tags: str | 
         remote.append("--check")
     if diff:
         remote.append("--diff")
+    if full:
+        remote.append("--full")
     width = min(concurrency, len(hosts))
     log(f"pull: {len(hosts)} hosts, {width} at a time{' (check mode: nothing is changed)' if check else ''}")
 
@@ -202,6 +220,7 @@ def summary(result: PullResult) -> str:
         lines.append(f"by push, not pulled: {', '.join(result.push_hosts)} (gpucluster configure INVENTORY --push "
                      f"--limit {':'.join(result.push_hosts)})")
     verdict = "converged by pull" if result.ok else "NOT converged"
-    lines.append(f"{verdict}: {len(result.hosts)} hosts, {result.changed} changes, bundle {result.bundle}, "
+    fast = f" ({len(result.unchanged)} verified their manifest, no Ansible run)" if result.unchanged else ""
+    lines.append(f"{verdict}: {len(result.hosts)} hosts{fast}, {result.changed} changes, bundle {result.bundle}, "
                  f"{result.elapsed:.1f} s, {result.cpu_seconds:.2f} CPU-s here")
     return "\n".join(lines)
