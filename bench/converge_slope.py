@@ -175,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         numbers["runs"].append({**cost.row(), "env": env, "load_after": load})
         print(f"{label:24s} {n:5d} {cost.wall_s:7.1f} {cost.controller_cpu_s:9.2f} {cost.controller_per_host:10.3f} "
               f"{cost.nodes_cpu_s:11.1f} {cost.changed:7d}  {load}{'' if cost.ok else '  FAILED'}", flush=True)
+        if args.json:  # after every run: a long bench cut short keeps what it measured
+            Path(args.json).write_text(json.dumps(numbers, indent=2) + "\n")
 
     print(f"\n{'mode':24s} {'fixed s':>8s} {'s/host':>8s} {'+-':>6s} "
           + " ".join(f"{f'{n:,} nodes':>14s}" for n in PROJECT_TO))
