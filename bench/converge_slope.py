@@ -14,7 +14,9 @@ cluster they do not.
 
 --pull-option passes a keyword to gpucluster.configure.pull.pull() (whatever modes it offers: tags=nccl, or a
 fast no-op path where one exists); --variant measures a push again with Ansible settings changed through the
-environment (ANSIBLE_STRATEGY=free, ANSIBLE_FORKS=4, ...), in the same run, for the "cheaper push" figures.
+environment (ANSIBLE_STRATEGY=free, ANSIBLE_FORKS=4, ...) or with another checkout's ansible.cfg, playbooks and
+roles (PROJECT=DIR, e.g. `git archive` of the commit before a change), in the same run, for the "cheaper push"
+figures.
 
 Prints one row per run, then the least-squares fit of controller CPU-seconds against hosts for each mode (the
 slope is the CPU-seconds each added host costs) and the projection to 3,072 and 25,000 nodes. Nothing is
@@ -132,9 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     numbers: dict = {"inventory": str(inventory), "cpus": os.cpu_count(), "load_before": _load(),
                      "subreaper": subreaper, "pull_options": {k: str(v) for k, v in pull_kwargs.items()}, "runs": []}
 
-    def push_run(limit: str) -> Callable[[], tuple[int, bool]]:
+    def push_run(limit: str, project: str | None = None) -> Callable[[], tuple[int, bool]]:
         def run() -> tuple[int, bool]:
-            r = configure(inventory, limit=limit, log=quiet)
+            r = configure(inventory, limit=limit, project=project, log=quiet)
             return r.changed, r.ok
         return run
 
@@ -153,8 +155,9 @@ def main(argv: list[str] | None = None) -> int:
             if "push" in modes:
                 plan.append(("push", n, push_run(limit), {}))
             for label, env in _variants(args.variant):
-                if n in variant_sizes:
-                    plan.append((f"push {label}", n, push_run(limit), env))
+                if n in variant_sizes:  # PROJECT=DIR: another checkout's ansible.cfg, playbooks and roles
+                    project = env.pop("PROJECT", None)
+                    plan.append((f"push {label}", n, push_run(limit, project), env))
             if "pull" in modes:
                 plan.append(("pull", n, pull_run(limit), {}))
 
