@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                     project = env.pop("PROJECT", None)
                     plan.append((f"push {label}", n, push_run(limit, project), env))
             if "pull" in modes:
-                plan.append(("pull", n, pull_run(limit), {}))
+                named = " ".join(f"{k}={v}" for k, v in pull_kwargs.items())
+                plan.append((f"pull {named}".strip(), n, pull_run(limit), {}))
 
     print(f"{'mode':24s} {'hosts':>5s} {'wall s':>7s} {'ctl CPU s':>9s} {'ctl s/host':>10s} {'nodes CPU s':>11s} "
           f"{'changes':>7s}  load", flush=True)
