@@ -2,7 +2,7 @@
 fitted and projected to fleet sizes (docs/roles.md, "Controller cost at 4, 8 and 16 nodes").
 
     .venv/bin/python bench/converge_slope.py [--inventory inventories/staging16] [--sizes 4,8,16] [--modes push,pull]
-        [--repeat N] [--pull-option NAME=VALUE ...] [--variant LABEL:ENV=VALUE,... ...] [--json FILE]
+        [--repeat N] [--push-tags TAGS] [--pull-option NAME=VALUE ...] [--variant LABEL:ENV=VALUE,... ...] [--json FILE]
 
 On one staged cluster that is already converged (bench/staging-16.yaml: `gpucluster stage up bench/staging-16.yaml`,
 then `gpucluster configure inventories/staging16 --push` once), each size is a --limit to the first N GPU nodes of
@@ -107,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="4,8,16")
     parser.add_argument("--modes", default="push,pull", help="push, pull or both, comma separated")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--push-tags", help="push only these tags (configure --tags); default: every play")
     parser.add_argument("--pull-option", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--variant", action="append", default=[], metavar="LABEL:ENV=VALUE,...",
                         help="a push measured again with these Ansible environment settings")
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def push_run(limit: str, project: str | None = None) -> Callable[[], tuple[int, bool]]:
         def run() -> tuple[int, bool]:
-            r = configure(inventory, limit=limit, project=project, log=quiet)
+            r = configure(inventory, limit=limit, project=project, tags=args.push_tags, log=quiet)
             return r.changed, r.ok
         return run
 
@@ -153,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         for n in sizes:
             limit = ",".join(nodes[:n])
             if "push" in modes:
-                plan.append(("push", n, push_run(limit), {}))
+                plan.append((f"push --tags {args.push_tags}" if args.push_tags else "push", n, push_run(limit), {}))
             for label, env in _variants(args.variant):
                 if n in variant_sizes:  # PROJECT=DIR: another checkout's ansible.cfg, playbooks and roles
                     project = env.pop("PROJECT", None)
