@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inventory", default=str(ROOT / "inventories" / "staging16"))
     parser.add_argument("--group", default="slurm_compute", help="the hosts each size takes the first N of")
     parser.add_argument("--sizes", default="4,8,16")
+    parser.add_argument("--skip", default="", help="hosts to leave out (a node that did not converge), comma separated")
     parser.add_argument("--modes", default="push,pull", help="push, pull or both, comma separated")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--push-tags", help="push only these tags (configure --tags); default: every play")
@@ -125,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     subreaper = become_subreaper()
     inventory = inventory_file(args.inventory)
     inv = load_inventory(inventory)
-    nodes = list(inv.group(args.group))
+    skip = {h.strip() for h in args.skip.split(",") if h.strip()}
+    nodes = [h for h in inv.group(args.group) if h not in skip]
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     if not nodes or max(sizes) > len(nodes):
         raise SystemExit(f"{inventory}: {len(nodes)} hosts in {args.group}, fewer than the {max(sizes)} asked for")
