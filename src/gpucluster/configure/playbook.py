@@ -322,6 +322,22 @@ def private_secrets(secrets: str | os.PathLike, folder: Path) -> Path:
     return copy
 
 
+# The most hosts one push reaches at once. Each fork is a forked Ansible worker plus its ssh master on the
+# controller (tens of MB each, mostly shared pages); 256 of them fit a small controller. A fleet larger than
+# that converges by pull (configure.pull), where the controller starts one ssh per node and nothing else.
+FORKS_MAX = 256
+
+
+def forks_for(hosts: int, environ: dict[str, str] | None = None) -> int:
+    """Ansible's --forks for a run that reaches `hosts` hosts: one per host up to FORKS_MAX, so a task runs on
+    every host in one batch instead of ceil(hosts / forks) batches (ansible.cfg's fixed 32 made a 256-host
+    push wait 8 batches per task), and a 4-host run keeps no idle workers. An operator's ANSIBLE_FORKS wins."""
+    given = (os.environ if environ is None else environ).get("ANSIBLE_FORKS", "")
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    return max(1, min(hosts, FORKS_MAX))
+
+
 def _init(init_runner, pdd: Path, proj: Path, book: Path, inv: Path, extravars: dict, progress: Progress,
           verbose: bool, kwargs: dict):
     """ansible-runner's Runner for this run, with the minimal environment."""
@@ -371,7 +387,8 @@ def configure(inventory: str | os.PathLike, *, playbook: str = "site.yml", limit
     book = proj / "playbooks" / playbook
     if not book.is_file():
         raise UsageError(f"{book}: no such playbook")
-    inv_vars = load_inventory(inv).vars
+    loaded = load_inventory(inv)
+    inv_vars = loaded.vars
     cluster = inv_vars.get("gpucluster_cluster")
     if not cluster:
         raise UsageError(f"{inv}: not a gpucluster inventory (no gpucluster_cluster); write it with "
@@ -408,6 +425,7 @@ def configure(inventory: str | os.PathLike, *, playbook: str = "site.yml", limit
             kwargs["limit"] = f"@{pdd / 'limit'}"
         else:
             kwargs["limit"] = ",".join(terms)
+    kwargs["forks"] = forks_for(len(loaded.select(limit)))
     if cmdline:
         kwargs["cmdline"] = " ".join(shlex.quote(a) for a in cmdline)
     try:
