@@ -22,8 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "roles" / "pull_runner" / "files" / "gpucluster-pull"
 
 
-def _node_script():
-    loader = importlib.machinery.SourceFileLoader("gpucluster_pull_script", str(SCRIPT))
+def _node_script(name: str = "gpucluster_pull_script"):
+    """The node agent (a script without .py, installed by roles/pull_runner) as a module named `name`;
+    tests/test_pull_manifest.py loads its own copy under another name."""
+    loader = importlib.machinery.SourceFileLoader(name, str(SCRIPT))
     spec = importlib.util.spec_from_loader(loader.name, loader)
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)

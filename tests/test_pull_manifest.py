@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.machinery
-import importlib.util
 import json
 import os
 import stat
@@ -18,7 +16,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "roles" / "pull_runner" / "files" / "gpucluster-pull"
 H1, H2 = "a" * 64, "b" * 64
 
 PLAYBOOK = """\
@@ -42,11 +39,9 @@ PLAYBOOK = """\
 
 
 def _node_script():
-    loader = importlib.machinery.SourceFileLoader("gpucluster_pull_manifest_script", str(SCRIPT))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    from test_pull_bundle import _node_script as load  # one loader for the node agent's script
+
+    return load("gpucluster_pull_manifest_script")
 
 
 @pytest.fixture
