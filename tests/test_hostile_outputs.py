@@ -217,7 +217,7 @@ def wait_or_kill(pid: int, what: str, seconds: float = 30) -> int:
 _FORK_SERVER = """
 import os, signal, sys
 from gpucluster.cli import main
-specs, out = sys.argv[1:3], sys.argv[3]
+specs, out, stacks = sys.argv[1:3], sys.argv[3], sys.argv[4]
 report = os.dup(1)
 devnull = os.open(os.devnull, os.O_WRONLY)
 os.dup2(devnull, 1)
@@ -230,6 +230,8 @@ while os.read(0, 1):
         os.read(go_r, 1)  # the server has announced this pid
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        import faulthandler  # SIGUSR1: every thread's stack, so a lost signal says where the child was
+        faulthandler.register(signal.SIGUSR1, file=open(stacks, "a"), all_threads=True)
         code = 97
         try:
             os.write(report, b"g")
@@ -302,7 +304,9 @@ def test_random_kills_in_process(tmp_path, specs, sets):
     rng = random.Random(10)
     seen = {"old": 0, "new": 0}
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    server = subprocess.Popen([sys.executable, "-c", _FORK_SERVER, str(specs["new"]), str(specs["old"]), str(out)],
+    stacks = tmp_path / "stacks.txt"
+    server = subprocess.Popen([sys.executable, "-c", _FORK_SERVER, str(specs["new"]), str(specs["old"]), str(out),
+                               str(stacks)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=env)
     reader = _Reader(server.stdout.fileno())
     try:
@@ -325,10 +329,13 @@ def test_random_kills_in_process(tmp_path, specs, sets):
             deadline, lost = time.monotonic() + 30, False
             while (got := reader.take(deadline)) != b"X":
                 if got is None:  # still running 30 s after its signal: fail, not hang
+                    os.kill(pid, signal.SIGUSR1)  # its threads' stacks first (faulthandler), for the message
+                    time.sleep(1)
                     os.kill(pid, signal.SIGKILL)
                     deadline, lost = time.monotonic() + 30, True
             code = int(reader.line(deadline))
-            assert not lost, f"{what}: the child was still running 30 s after its signal (the signal was lost)"
+            assert not lost, (f"{what}: the child was still running 30 s after its signal (the signal was lost); "
+                              f"its threads then:\n{stacks.read_text() if stacks.exists() else '(no stacks)'}")
             assert code in (130, -signal.SIGTERM, 1), f"{what}: exit {code}"
             seen[check_state(out, sets)] += 1
     finally:
