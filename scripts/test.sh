@@ -6,7 +6,8 @@
 #   setup      scripts/setup.sh (Debian packages, .venv, the trixie and sid Slurm roots)
 #   ruff, ansible-lint
 #   unit       every test not marked `staged`, under pytest-xdist, `--dist loadgroup` (GPUCLUSTER_TEST_WORKERS,
-#              default 4: more workers than cores, as the emulator tests mostly wait on real slurmctld/slurmd;
+#              default 2, one per core: under 4 workers the unit phase took 340 s instead of about 540 s in a
+#              fresh-clone run, but test_random_kills_in_process lost a signal there, a rare bug not yet found;
 #              each cluster a module-scoped fixture starts stays on one worker, tests/conftest.py)
 #   staged     the staged-node tests under pytest-xdist, `--dist loadgroup` (GPUCLUSTER_STAGED_WORKERS, default
 #              2): one worker per staged cluster (22.05 and 24.11), each cluster brought up once by its worker
@@ -50,7 +51,7 @@ pytest_phase() {  # pytest_phase NAME MARKER [ARGS...]: a pytest run; "no test c
   return "$rc"
 }
 
-workers=${GPUCLUSTER_TEST_WORKERS:-4}
+workers=${GPUCLUSTER_TEST_WORKERS:-2}
 staged_workers=${GPUCLUSTER_STAGED_WORKERS:-2}
 
 run_phase setup bash scripts/setup.sh
