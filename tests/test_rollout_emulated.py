@@ -136,19 +136,24 @@ def test_a_failed_check_keeps_the_node_drained_and_halts(cluster, rendered, tmp_
     assert st.load(path)["nodes"][bad]["outcome"] == "failed"
 
 
-@pytest.mark.parametrize("change", ["drain", "reboot"])
-def test_sigkill_mid_wave_then_resume_finishes(change, cluster, rendered, tmp_path) -> None:
+@pytest.mark.parametrize(("change", "apply"), [("drain", True), ("reboot", False), ("reboot", True)],
+                         ids=["drain", "reboot", "reboot-apply"])
+def test_sigkill_mid_wave_then_resume_finishes(change, apply, cluster, rendered, tmp_path) -> None:
+    """Killed while its wave waits for the job: drain (nodes drained by it), reboot (Slurm's reboot ASAP
+    requested: DRAIN+REBOOT_REQUESTED), reboot with an apply step (the wave's maintenance reservation holds the
+    nodes while the job ends; apply, then reboot)."""
     spec = rendered.conf_dir.parent / "ro12.yaml"
     env = {**cluster.env, "PYTHONUNBUFFERED": "1"}
     state_dir = tmp_path / "state"
     jobs = [_sbatch(cluster, 4, 8)]
     _wait_running(cluster, jobs)
     argv = [sys.executable, "-m", "gpucluster.cli", "rollout", str(spec), "--change", change, "--by", "leaf",
-            "--max-unavailable", "4", "--state-dir", str(state_dir), "--poll", "0.3", "--apply-command", "true"]
+            "--max-unavailable", "4", "--state-dir", str(state_dir), "--poll", "0.3",
+            *(["--apply-command", "true"] if apply else [])]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     path = state_dir / st.NAME
-    waiting = "draining" if change == "drain" else "rebooting"
+    waiting = "draining" if change == "drain" else "waiting" if apply else "rebooting"
     busy = set(_job_nodes(cluster, jobs[0]))
     deadline = time.monotonic() + 40
     while time.monotonic() < deadline:  # kill it while a wave waits for the job on its leaf
@@ -165,8 +170,9 @@ def test_sigkill_mid_wave_then_resume_finishes(change, cluster, rendered, tmp_pa
     mid = st.load(path)
     assert not mid["finished"] and [w["status"] for w in mid["waves"]].count("running") == 1  # killed mid-wave
     assert _job_state(cluster, jobs[0]) == "RUNNING"
-    drained = [n for n, s in Slurm(lambda cmd: cluster.run(cmd)).nodes().items() if s.out]
-    assert busy <= set(drained)  # the kill left the job's nodes drained by it, the job still on them
+    held = [n for n, s in Slurm(lambda cmd: cluster.run(cmd)).nodes().items() if s.out] if change == "drain" \
+        else _reserved(cluster, "gpc-")
+    assert busy <= set(held)  # the kill left the job's nodes held by it (drained or reserved), the job on them
     status = subprocess.run([*argv[:5], "--state-dir", str(state_dir), "--status"], env=env, capture_output=True,
                             text=True, timeout=60)
     assert status.returncode == 0 and "under way" in status.stdout, status.stdout + status.stderr
@@ -175,11 +181,22 @@ def test_sigkill_mid_wave_then_resume_finishes(change, cluster, rendered, tmp_pa
     assert again.returncode == 0, again.stdout + again.stderr
     assert _wait_done(cluster, jobs) == {jobs[0]: "COMPLETED"}
     now = Slurm(lambda cmd: cluster.run(cmd)).nodes()
-    assert not [n for n, s in now.items() if s.out or s.rebooting], now
+    assert not [n for n, s in now.items() if s.out or s.rebooting or "MAINTENANCE" in s.states], now
+    assert "No reservations" in cluster.run(["scontrol", "show", "reservation"]).stdout
     final = st.load(path)
     assert final["finished"] and {v["outcome"] for v in final["nodes"].values()} == {"done"}
     if change == "reboot":  # every node rebooted exactly once across the kill
         assert sorted(n for n, *_ in cluster.reboots) == sorted(now), (cluster.reboots, before)
+
+
+def _reserved(c, prefix: str) -> list[str]:
+    """The nodes of every reservation whose name starts with `prefix`."""
+    out = []
+    for line in c.run(["scontrol", "show", "reservation", "-o"]).stdout.splitlines():
+        fields = dict(t.split("=", 1) for t in line.split() if "=" in t)
+        if fields.get("ReservationName", "").startswith(prefix):
+            out += hostlist.expand_hostlist(fields.get("Nodes", ""))
+    return out
 
 
 def _job_nodes(c, jobid: str) -> list[str]:

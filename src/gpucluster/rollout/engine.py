@@ -2,10 +2,17 @@
 waves of slurmd nodes, one at a time, the state saved after every step.
 
 Per wave, by change class:
-    reboot   scontrol reboot ASAP nextstate=RESUME reason="gpc:rollout ID": Slurm lets the running jobs
-             finish, runs RebootProgram, and resumes the node when its slurmd registers again; then the checks
+    reboot   a maintenance reservation over the wave ("gpc-ID-wN": no new job starts there, running jobs go on),
+             then `scontrol reboot ASAP nextstate=RESUME reason="gpc:rollout ID"`: Slurm lets the running jobs
+             finish, runs RebootProgram, and puts the node back when its slurmd registers again; the node is
+             still in the reservation then, so no job lands on it before its checks pass; then the reservation
+             goes. With an apply step (a driver or kernel change to install first), the wave waits under the
+             reservation for its jobs to end, applies, then reboots.
     drain    drain (reason "gpc:rollout ID"), wait until no job is left, apply, check, then resume, and only
              where the node's reason is still ours
+Why the reservation: nextstate=RESUME clears every DRAIN when the node registers after its reboot, a health
+check's drain set during the boot included (seen on 22.05's daemons), so a drain cannot hold a rebooted node
+until it is checked; a reservation can, and `scontrol reboot ASAP nextstate=RESUME` stays as Slurm documents it.
 A node that fails apply or its checks stays drained, reason "gpc:rollout ID failed: ...". Once more than
 `halt_share` of a wave fails, the rollout halts (exit 1) before the next wave. A node out of service for a
 reason not starting with "gpc:" is someone else's: never drained over, never resumed, never counted done.
@@ -219,14 +226,33 @@ class Rollout:
 
     def _reboot_wave(self, wave: Wave, label: str, update: Callable[[str], None]) -> None:
         active = self._take(wave)
-        fresh = [n for n in active if self.state["nodes"][n]["outcome"] != "rebooting"]
+        resv = f"gpc-{self.state['id']}-w{wave.index}"
+        self.slurm.reserve(resv, active)
+        todo = active
+        if self.apply:
+            fresh = [n for n in active if self.state["nodes"][n]["outcome"] not in ("applied", "rebooting")]
+            for n in fresh:
+                self.mark(n, "waiting")
+            self.save()
+            idle = self._wait(fresh, lambda s: not s.busy, self.wait_timeout, "jobs ending", label, update)
+            errors = self.apply(idle) if idle else {}
+            for n, why in errors.items():
+                self.slurm.drain([n], f"{self.reason} failed: {why[:120]}")
+                self.mark(n, "failed", f"apply: {why}")
+            for n in idle:
+                if n not in errors:
+                    self.mark(n, "applied")
+            self.save()
+            todo = [n for n in active if self.state["nodes"][n]["outcome"] in ("applied", "rebooting")]
+        fresh = [n for n in todo if self.state["nodes"][n]["outcome"] != "rebooting"]
         self.slurm.reboot(fresh, self.reason)
         for n in fresh:
             self.mark(n, "rebooting")
         self.save()
-        back = self._wait(active, lambda s: not s.rebooting and not s.out and "NOT_RESPONDING" not in s.states,
+        back = self._wait(todo, lambda s: not s.rebooting and not s.out and "NOT_RESPONDING" not in s.states,
                           self.wait_timeout + self.reboot_timeout, "reboots", label, update)
         self._finish(back, resume=False)
+        self.slurm.release(resv)  # checked nodes go back in service; failed ones stay drained
 
 
 def summary(state: dict) -> list[str]:

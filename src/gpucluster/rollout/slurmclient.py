@@ -1,10 +1,12 @@
 """The rollout's view of Slurm: scontrol, squeue and sinfo through one `run` function, so the same class
-drives a real cluster (the clients on a controller or login node) and the emulator (its clients and
-SLURM_CONF). Only what a rollout needs: node states and reasons, drain, resume, reboot, reconfigure."""
+drives a real cluster (the clients on this machine, or on the inventory's first controller over SSH) and the
+emulator (its clients and SLURM_CONF). Only what a rollout needs: node states and reasons, drain, resume,
+reboot, a maintenance reservation, reconfigure."""
 
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -34,6 +36,24 @@ def local_runner(cmd: Sequence[str]) -> subprocess.CompletedProcess:
                          "(a controller or login node)") from None
 
 
+def ssh_runner(host, *, timeout: float = 120) -> Runner:
+    """The clients on `host` (an inventory Host: a controller), reached as Ansible reaches it (its address,
+    port, user, key; gpucluster's host-key option first, batch mode). Every argument is quoted for the remote
+    shell, so a node name or a reason is one word there, never shell syntax."""
+
+    def run(cmd: Sequence[str]) -> subprocess.CompletedProcess:
+        argv = host.ssh_argv(shlex.join(cmd), "ConnectTimeout=15", "ServerAliveInterval=15")
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                                  check=False)
+        except subprocess.TimeoutExpired:
+            return subprocess.CompletedProcess(argv, 124, "", f"no answer from {host.name} within {timeout:g} s")
+        except FileNotFoundError:
+            raise SlurmError("ssh not found: install the OpenSSH client to reach the controller") from None
+
+    return run
+
+
 @dataclass(frozen=True)
 class NodeState:
     name: str
@@ -54,6 +74,11 @@ class NodeState:
     def drained(self) -> bool:
         """Drained with no job left on it."""
         return "DRAIN" in self.states and not self.states & BUSY
+
+    @property
+    def busy(self) -> bool:
+        """A job runs (or is completing) on it."""
+        return bool(self.states & BUSY)
 
     @property
     def rebooting(self) -> bool:
@@ -102,6 +127,27 @@ class Slurm:
         if nodes:
             self._ok("scontrol", "reboot", "ASAP", "nextstate=RESUME", f"reason={reason}",
                      hostlist.collect_hostlist(list(nodes)))
+
+    def reserve(self, name: str, nodes: Sequence[str]) -> None:
+        """A maintenance reservation over `nodes` (root's, from now, no end; running jobs keep running): no new
+        job starts there until `release`. Set again if it exists (a resumed rollout)."""
+        if not nodes:
+            return
+        hl = hostlist.collect_hostlist(list(nodes))
+        res = self._run(["scontrol", "create", "reservation", f"reservationname={name}", f"nodes={hl}",
+                         "starttime=now", "duration=infinite", "flags=maint,ignore_jobs", "users=root"])
+        if res.returncode != 0:
+            if "uplicate" not in (res.stderr or "") + (res.stdout or ""):
+                raise SlurmError(f"scontrol create reservation {name} failed ({res.returncode}): "
+                                 f"{(res.stderr or '').strip()[-400:]}")
+            self._ok("scontrol", "update", f"reservationname={name}", f"nodes={hl}")
+
+    def release(self, name: str) -> None:
+        """Delete the reservation; gone already is no error."""
+        res = self._run(["scontrol", "delete", f"reservationname={name}"])
+        if res.returncode != 0 and "not found" not in ((res.stderr or "") + (res.stdout or "")).lower():
+            raise SlurmError(f"scontrol delete reservation {name} failed ({res.returncode}): "
+                             f"{(res.stderr or '').strip()[-400:]}")
 
     def reconfigure(self) -> None:
         self._ok("scontrol", "reconfigure")
