@@ -73,4 +73,4 @@ def test_resize_dry_run_names_hosts_and_how_the_release_learns_them(version, how
     assert "enroll gti[0013-0016]" in out and "drain them at once (reason gpc:grow ID)" in out
     assert main(["rollout", new, "--resize", old, "--dry-run"]) == 0
     assert "drain gti[0013-0016] (reason gpc:shrink ID)" in capsys.readouterr().out
-    assert main(["rollout", old, "--resize", new]) == 2  # not from the CLI yet: says so, exits 2
+    assert main(["rollout", old, "--resize", new]) == 2  # a SPEC target: only the plan; changing needs an inventory

@@ -26,7 +26,7 @@ from gpucluster.render.drivers import driver_texts
 from gpucluster.render.fileset import nccl_texts, profile_differences
 from gpucluster.render.health.rolefiles import facts as health_facts
 from gpucluster.render.roce import roce_texts
-from gpucluster.render.slurm import DBD
+from gpucluster.render.slurm import DBD, REBOOT_PROGRAM
 from gpucluster.render.storage import storage_files
 from gpucluster.render.topology import slurm_switches
 from gpucluster.spec import stacks
@@ -97,6 +97,7 @@ def facts(cluster: Cluster, rendered: dict[str, str]) -> dict:
                   "profile_differences": profile_differences(cluster),
                   "dbd": {"host": cluster.dbd_host, **DBD} if cluster.dbd_host else None,
                   "accounting": spec.slurm.accounting, "nodes": nodes, "switches": switches,
+                  "reboot_program": REBOOT_PROGRAM,
                   "files": sorted(n for n in rendered if n in SLURM_HOST_FILES)},
         "health": health_facts(cluster),
         "drivers": stacks.driver_stacks(spec),

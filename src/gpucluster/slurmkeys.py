@@ -201,6 +201,11 @@ KEYS: tuple[Key, ...] = (
     Key("MinJobAge", syntax=NUMBER),
     Key("KillWait", syntax=NUMBER, max=UINT16_MAX),
     Key("Waittime", syntax=NUMBER, max=UINT16_MAX),
+    # -- reboots (scontrol reboot; gpucluster rollout): slurmd runs RebootProgram, the script slurm_compute installs;
+    # a node not back within ResumeTimeout is set DOWN "reboot timed out" (22.05.8's default, 60 s, is shorter
+    # than a GPU server's firmware takes to boot)
+    Key("RebootProgram"),
+    Key("ResumeTimeout", syntax=NUMBER, max=UINT16_MAX),
     # -- accounting
     Key("AccountingStorageType", _ACCOUNTING, changes=_CTLD, source=AT_START),
     Key("AccountingStorageHost", f"{_ACCOUNTING} (slurmdbd runs on the first controller)", changes=_CTLD,

@@ -267,11 +267,11 @@ def staged_cluster(tmp_path_factory: pytest.TempPathFactory):
     yield from _staged(tmp_path_factory, SPEC, "staged", apt_index=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def staged_trixie(tmp_path_factory: pytest.TempPathFactory):
     """The configured staged cluster of examples/staging-trixie.yaml (StagedHandle, set up by _staged): Slurm
     24.11 on Debian 13 nodes, on the production cgroup profile, with its own tmp folders, names, network and
-    ports; module scope, so its seven containers are gone before the next file's tests run (no disruptive
-    test may use it: those are reordered to the session's end)."""
+    ports; session scope: every module of its xdist group (test_trixie.py, test_rollout_staged.py) shares it,
+    brought up once by the one worker that runs that group."""
     yield from _staged(tmp_path_factory, TRIXIE_SPEC, "staged-trixie")
 

@@ -4,8 +4,12 @@
   --status       where the last rollout of this cluster stands (from its state file)
   --resume       continue it after Ctrl-C, a lost session or a crash
 
-Run it where the Slurm clients reach the cluster (a controller or login node). Exit 0: finished; 1: halted
-(too many nodes of a wave failed, or Slurm failed): the state is kept for --resume; 2: bad input.
+With an INVENTORY it runs from the operator's machine, as configure does: Slurm is reached on the inventory's
+first controller over SSH, the controllers are converged first (slurmdbd, then slurmctld), a wave's nodes are
+converged while out of service, and each node runs its health checks and a validate subset before it goes back.
+With a SPEC it runs where the Slurm clients reach the cluster (a login node), with the commands you give.
+Exit 0: finished; 1: halted (too many nodes of a wave failed, or Slurm failed): the state is kept for --resume;
+2: bad input.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ EXAMPLES = """examples:
 
 
 def _target(args: argparse.Namespace):
-    """(cluster, inventory path or None, the inventory's state folder or None)."""
+    """(cluster, inventory path or None, the loaded inventory or None, the inventory's state folder or None)."""
     from gpucluster.cluster import load_cluster
 
     p = Path(args.target)
@@ -38,10 +42,32 @@ def _target(args: argparse.Namespace):
         if not spec or not Path(spec).is_file():
             raise UsageError(f"{inv.path}: all.vars.gpucluster_spec is {spec or 'missing'}, not a spec file here; "
                              "rewrite the inventory with `gpucluster inventory SPEC`, or give the SPEC")
-        return load_cluster(spec), p, inv.vars.get("gpucluster_state_dir")
+        return load_cluster(spec), p, inv, inv.vars.get("gpucluster_state_dir")
     if not p.is_file():
         raise UsageError(f"{args.target}: no such inventory folder or spec file; give one (e.g. inventories/prod)")
-    return load_cluster(p), None, None
+    return load_cluster(p), None, None, None
+
+
+def _live(args: argparse.Namespace, cluster, inventory, inv, say):
+    """The inventory-backed hooks (rollout/live.py), or None for a SPEC target."""
+    if inv is None:
+        for flag in ("secrets", "tags"):
+            if getattr(args, flag):
+                raise UsageError(f"--{flag}: only with an INVENTORY (the rollout converges through it)")
+        return None
+    from gpucluster.rollout.live import LiveCluster
+
+    if args.secrets and not Path(args.secrets).is_file():
+        raise UsageError(f"--secrets {args.secrets}: no such file; write one with `gpucluster secrets --generate -o "
+                         "FILE`, or leave it out to use the cluster's own")
+    return LiveCluster(Path(inventory), inv, secrets=args.secrets, tags=args.tags, health=cluster.spec.health.enabled,
+                       say=say)
+
+
+def _busy_last(units: list, nodes: dict) -> list:
+    """Units with a job running on any of their nodes go last (stable): the idle ones are rolled while those jobs
+    run, and a wave that must wait for a job waits as late as it can."""
+    return sorted(units, key=lambda u: any(nodes[n].busy for n in u[1] if n in nodes))
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
@@ -50,9 +76,13 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from gpucluster.rollout.slurmclient import Slurm, SlurmError
     from gpucluster.rollout.waves import WaveError, parse_max_unavailable, plan_waves, topology_units
 
-    cluster, inventory, inv_state = _target(args)
+    def say(text: str) -> None:  # with --json, stdout holds the final state alone
+        print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
+
+    cluster, inventory, inv, inv_state = _target(args)
+    live = _live(args, cluster, inventory, inv, say)
     if args.resize:
-        return _resize(cluster, args)
+        return _resize(cluster, args, live, say)
     folder = state_dir(cluster.name, args.state_dir or inv_state)
     if args.status:
         path = folder / state.NAME
@@ -71,49 +101,49 @@ def cmd_rollout(args: argparse.Namespace) -> int:
                             "nodes": len(hosts), "waves": [w.as_json() for w in waves]})
                 return 0
             print(f"{cluster.name}: {args.change} in {len(waves)} waves by {args.by}, at most {cap} of {len(hosts)} "
-                  "nodes out at once (nodes drained by hand are left out when the rollout starts)")
+                  "nodes out at once (nodes drained by hand are left out when the rollout starts, and units running "
+                  "jobs then go last)")
             for w in waves:
                 print(f"  wave {w.index:>3}: {len(w.nodes):>4} nodes  {', '.join(w.units)}")
             return 0
     except WaveError as exc:
         raise UsageError(f"{args.target}: {exc}") from None
-    slurm = Slurm()
     path = state.state_path(folder)
-
-    def say(text: str) -> None:  # with --json, stdout holds the final state alone
-        print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
-
-    if args.resume:
-        s = state.load(path)
-        if s.get("finished"):
-            print(f"rollout {s['id']} already finished; nothing to resume", file=sys.stderr if args.json else None)
-            if args.json:
-                _print_status(s, path, True)
-            return 0
-        s["halted"] = None
-    else:
-        if path.exists() and not state.load(path).get("finished"):
-            raise UsageError(f"{path}: rollout {state.load(path)['id']} is not finished; continue it with --resume, "
-                             "see it with --status, or move the file aside to abandon it")
-        try:
-            skip = sorted(n for n, s in slurm.nodes(hosts).items() if s.by_hand)
-            waves = plan_waves(units, cap, by=args.by, skip=set(skip))
-        except SlurmError as exc:
-            raise OperationError(str(exc)) from None
-        except WaveError as exc:
-            raise UsageError(f"{args.target}: {exc}") from None
-        rid = f"{cluster.name}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
-        s = engine.new_state(rid, cluster=cluster.name, source=str(cluster.source), change=args.change, by=args.by,
-                             max_unavailable=cap, waves=waves, skipped=skip, halt_share=args.halt_share / 100)
-        state.save(path, s)
-        say(f"rollout {rid}: {args.change} on {len(hosts) - len(skip)} nodes in {len(waves)} waves by {args.by}, "
-              f"at most {cap} out at once; {len(skip)} drained by hand left alone; state in {path}")
-    apply_cmd = args.apply_command or (f"gpucluster configure {inventory} --limit {{nodes}}"
-                                       if inventory and s["change"] == "drain" else None)
-    run = engine.Rollout(slurm, path, s, apply=hooks.command_hook(apply_cmd, "--apply-command") if apply_cmd else None,
-                         check=hooks.command_hook(args.check_command, "--check-command") if args.check_command
-                         else None, poll=args.poll,
-                         say=say)
+    try:
+        slurm = live.slurm() if live else Slurm()
+        if args.resume:
+            s = state.load(path)
+            if s.get("finished"):
+                print(f"rollout {s['id']} already finished; nothing to resume", file=sys.stderr if args.json else None)
+                if args.json:
+                    _print_status(s, path, True)
+                return 0
+            s["halted"] = None
+        else:
+            if path.exists() and not state.load(path).get("finished"):
+                raise UsageError(f"{path}: rollout {state.load(path)['id']} is not finished; continue it with "
+                                 "--resume, see it with --status, or move the file aside to abandon it")
+            now = slurm.nodes(hosts)
+            skip = sorted(n for n, s in now.items() if s.by_hand)
+            try:
+                waves = plan_waves(_busy_last(units, now), cap, by=args.by, skip=set(skip))
+            except WaveError as exc:
+                raise UsageError(f"{args.target}: {exc}") from None
+            rid = f"{cluster.name}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+            s = engine.new_state(rid, cluster=cluster.name, source=str(cluster.source), change=args.change,
+                                 by=args.by, max_unavailable=cap, waves=waves, skipped=skip,
+                                 halt_share=args.halt_share / 100)
+            state.save(path, s)
+            say(f"rollout {rid}: {args.change} on {len(hosts) - len(skip)} nodes in {len(waves)} waves by {args.by}, "
+                f"at most {cap} out at once; {len(skip)} drained by hand left alone; state in {path}")
+    except SlurmError as exc:
+        raise OperationError(str(exc)) from None
+    apply = (hooks.command_hook(args.apply_command, "--apply-command") if args.apply_command
+             else live.apply if live and s["change"] in ("drain", "reboot") else None)
+    check = (hooks.command_hook(args.check_command, "--check-command") if args.check_command
+             else live.check if live else None)
+    run = engine.Rollout(slurm, path, s, apply=apply, check=check, controller=live.controller if live else None,
+                         poll=args.poll, say=say)
     try:
         run.run()
     except engine.Halted as exc:
@@ -126,12 +156,15 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     return 0
 
 
-def _resize(cluster, args: argparse.Namespace) -> int:
-    """--resize NEW_SPEC: the grow/shrink plan (rollout/resize.py). Only --dry-run from the command line: the
-    steps run through a resize.Controller, which the emulator provides and a real cluster's converge does not
-    yet (docs/operations.md, "Growing and shrinking")."""
+def _resize(cluster, args: argparse.Namespace, live, say) -> int:
+    """--resize NEW_SPEC: grow or shrink (rollout/resize.py). With an inventory written from NEW_SPEC (the new hosts
+    enrolled), the cluster is changed: the old node list is the one slurmctld has, the new one the spec's, and the
+    steps run through the inventory (rollout/live.py). Otherwise, with --dry-run, the plan between two specs."""
+    from gpucluster import slurmkeys
     from gpucluster.cluster import load_cluster
-    from gpucluster.rollout.resize import plan_resize
+    from gpucluster.rollout import resize
+    from gpucluster.rollout.engine import Halted
+    from gpucluster.rollout.slurmclient import SlurmError
 
     if not Path(args.resize).is_file():
         raise UsageError(f"--resize {args.resize}: no such spec file; give the spec with the new node counts")
@@ -139,16 +172,44 @@ def _resize(cluster, args: argparse.Namespace) -> int:
     if new.name != cluster.name:
         raise UsageError(f"--resize {args.resize}: cluster '{new.name}', not '{cluster.name}'; give the same "
                          "cluster's spec with the node counts changed")
-    plan = plan_resize(cluster, new)
-    print(f"{cluster.name}: {len(plan.added)} nodes added, {len(plan.removed)} removed, {len(plan.kept)} kept; "
-          f"Slurm {plan.version} learns a node list by {plan.how}")
-    for i, step in enumerate(plan.steps(), 1):
-        print(f"  {i}. {step}")
-    if not args.dry_run:
-        raise UsageError("--resize runs only with --dry-run from the command line for now: the steps need a "
-                         "controller that installs the config and restarts the daemons (the emulator has one; "
-                         "see docs/operations.md, 'Growing and shrinking')")
-    return 0
+    enrolled = live is not None and Path(cluster.source).resolve() == Path(args.resize).resolve()
+    if not enrolled and not args.dry_run:
+        raise UsageError(f"--resize {args.resize}: the inventory must be written from this spec first, so the new "
+                         "hosts are enrolled and the leaving ones are not: `gpucluster inventory NEW_SPEC -o "
+                         "INVENTORY ...` (or `stage up NEW_SPEC`), then `gpucluster rollout INVENTORY --resize "
+                         "NEW_SPEC`; with a SPEC, --dry-run prints the plan")
+    try:
+        slurm = live.slurm() if enrolled else None
+        if enrolled:
+            was = set(slurm.nodes())
+            now = new.contract_groups["slurm_compute"]
+            version = str(new.spec.slurm.version)
+            how = "reconfigure" if slurmkeys.change_class("NodeName", version) == "reconfigure" else "restart"
+            plan = resize.Resize(tuple(h for h in now if h not in was), tuple(sorted(was - set(now))),
+                                 tuple(h for h in now if h in was), version, how)
+        else:
+            plan = resize.plan_resize(cluster, new)
+        print(f"{cluster.name}: {len(plan.added)} nodes added, {len(plan.removed)} removed, {len(plan.kept)} kept; "
+              f"Slurm {plan.version} learns a node list by {plan.how}")
+        for i, step in enumerate(plan.steps(), 1):
+            print(f"  {i}. {step}")
+        if args.dry_run or not (plan.added or plan.removed):
+            return 0
+        from gpucluster.rollout.live import LiveController
+
+        rid = f"{cluster.name}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+        ctl = LiveController(live)
+        resize.shrink(plan, ctl, slurm, rid, poll=args.poll, say=say)
+        errors = resize.grow(plan, ctl, slurm, rid, check=live.check, say=say)
+    except Halted as exc:
+        print(f"halted: {exc}; run the same command again once their jobs have ended", file=sys.stderr)
+        return 1
+    except SlurmError as exc:
+        raise OperationError(f"{exc}; the nodes keep their gpc: reasons: fix it, then run the same command again") \
+            from None
+    for n, why in sorted(errors.items()):
+        print(f"  {n}: stays drained: {why}")
+    return 1 if errors else 0
 
 
 def _print_status(s: dict, path: Path, as_json: bool = False) -> None:
@@ -192,17 +253,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--halt-share", type=_percent, default=10.0, metavar="P%",
                    help="halt once more than this share of a wave fails (default 10%%)")
     p.add_argument("--apply-command", metavar="CMD",
-                   help="drain class: what applies the change to a wave's drained nodes; {nodes} is their hostlist, "
-                        "{node} runs it per node (default with an inventory: gpucluster configure INVENTORY "
-                        "--limit {nodes})")
+                   help="drain and reboot classes: what applies the change to a wave's nodes once their jobs have "
+                        "ended; {nodes} is their hostlist, {node} runs it per node (default with an inventory: the "
+                        "converge of those nodes)")
     p.add_argument("--check-command", metavar="CMD",
                    help="a node's checks before it goes back in service ({node} or {nodes}); a failure keeps the "
-                        "node drained with a gpc: reason")
+                        "node drained with a gpc: reason (default with an inventory: its health checks and a "
+                        "validate subset)")
+    p.add_argument("--secrets", metavar="FILE", help="with an INVENTORY: the extra-vars file its converges take "
+                                                     "(as configure --secrets)")
+    p.add_argument("--tags", help="with an INVENTORY: converge only these concerns (as configure --tags), e.g. gpu "
+                                  "for a driver change")
     p.add_argument("--state-dir", metavar="DIR", help="the cluster's private state folder (default: the inventory's, "
                                                        "else ~/.local/state/gpucluster/CLUSTER)")
     p.add_argument("--resize", metavar="NEW_SPEC",
-                   help="grow or shrink to the node counts of NEW_SPEC: print the plan (with --dry-run): the hosts "
-                        "added and removed, and whether the release restarts or reconfigures to learn them")
+                   help="grow or shrink to the node counts of NEW_SPEC (an INVENTORY written from it): new nodes "
+                        "configured while drained, then checked; leaving nodes drained, their jobs waited for, then "
+                        "removed; with --dry-run the plan")
     p.add_argument("--poll", type=float, default=5.0, help=argparse.SUPPRESS)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="print the waves; change nothing")

@@ -18,6 +18,8 @@ DBD = {"port": 6819, "storage_user": "slurm", "storage_db": "slurm_acct_db",
        "log_file": "/var/log/slurm/slurmdbd.log", "pid_file": "/run/slurmdbd.pid"}
 SPOOL_DIR = slurmkeys.key("SlurmdSpoolDir").value
 LOG_DIR = "/var/log/slurm"
+# Slurm's RebootProgram: the script roles/slurm_compute installs there (facts.json slurm.reboot_program)
+REBOOT_PROGRAM = "/usr/local/sbin/gpucluster-reboot"
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,7 @@ def slurm_context(cluster: Cluster) -> dict:
         "state_dir": STATE_DIR,
         "spool_dir": SPOOL_DIR,
         "log_dir": LOG_DIR,
+        "reboot_program": REBOOT_PROGRAM,
         "version": spec.slurm.version_tuple,
         "gres_groups": [
             {"group": g, "type": cluster.gres_type(g), "detect": cluster.gres_detect(g), "files": cluster.gpu_files(g)}

@@ -124,14 +124,14 @@ class Rollout:
         for daemon in CONTROLLER_ORDER:
             if self.state["controller"].get(daemon) == "done":
                 continue
-            if self.state["change"] == "reconfigure" and daemon == "slurmctld":
-                self.slurm.reconfigure()
-                self.say("slurmctld: scontrol reconfigure")
-            elif self.controller is not None:
+            if self.controller is not None:
                 self.controller(daemon)
                 self.say(f"{daemon}: applied")
             else:
                 self.say(f"{daemon}: no controller step given; nothing applied there")
+            if self.state["change"] == "reconfigure" and daemon == "slurmctld":
+                self.slurm.reconfigure()
+                self.say("slurmctld: scontrol reconfigure")
             self.state["controller"][daemon] = "done"
             self.save()
 

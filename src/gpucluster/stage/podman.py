@@ -40,7 +40,7 @@ _READY_TIMEOUT_S = 180
 _MIN_INOTIFY_INSTANCES = 1024
 _HOSTKEY_WHEN_SSH_ACTIVE = "systemctl -q is-active ssh.service && cat /etc/ssh/ssh_host_ed25519_key.pub"
 _MARKER = ".gpucluster-stage"
-_STATE_FILES = ("id_ed25519", "id_ed25519.pub", "known_hosts", "ssh_config", "ports.json")
+_STATE_FILES = ("id_ed25519", "id_ed25519.pub", "known_hosts", "ssh_config", "ports.json", "addresses.json")
 # STAGING STAND-INS for the GPUs of nodes that run Slurm's cgroup plugins: character devices of major
 # 120, which the kernel's devices.txt reserves for LOCAL/EXPERIMENTAL USE and no driver claims. Each
 # GPU of a node gets its own number (minor = its index), so Slurm's device cgroup can allow one and
@@ -302,16 +302,24 @@ def _network_subnet(net: str) -> str | None:
     return None
 
 
-def _with_addresses(nodes: list[StageNode], subnet: str | None) -> list[StageNode]:
-    """Each node gets a fixed address, .10 upwards in the order of the plan, as a real fleet's nodes have
-    reserved ones: a node that is stopped and started keeps its address, so /etc/hosts on the others
-    and slurmctld's view of it stay true (podman would otherwise lease it a new one)."""
+def _with_addresses(nodes: list[StageNode], subnet: str | None, kept: dict[str, str] | None = None) -> list[StageNode]:
+    """Each node gets a fixed address, as a real fleet's nodes have reserved ones: a node that is stopped and
+    started, or rebooted, keeps its address, so /etc/hosts on the others and slurmctld's view of it stay true
+    (podman would otherwise lease it a new one). A node keeps the address `kept` gives it (the last up()); the
+    others take the free ones from .10 upwards in the order of the plan, so a grown cluster's new nodes never
+    move an old one (a moved address would recreate its container under its running jobs)."""
     if subnet is None:
         return nodes
-    hosts = list(itertools.islice(ipaddress.ip_network(subnet).hosts(), 9, 9 + len(nodes)))
-    if len(hosts) < len(nodes):
-        raise StageError(f"network subnet {subnet} has no room for {len(nodes)} staged nodes from .10 upwards")
-    return [dataclasses.replace(n, address=str(a)) for n, a in zip(nodes, hosts, strict=True)]
+    kept = {n.name: kept[n.name] for n in nodes if kept and n.name in kept}
+    taken = set(kept.values())
+    pool = (str(a) for a in itertools.islice(ipaddress.ip_network(subnet).hosts(), 9, None) if str(a) not in taken)
+    out = []
+    for n in nodes:
+        address = kept.get(n.name) or next(pool, None)
+        if address is None:
+            raise StageError(f"network subnet {subnet} has no room for {len(nodes)} staged nodes from .10 upwards")
+        out.append(dataclasses.replace(n, address=address))
+    return out
 
 
 def _spec_hash(cfg: StageConfig, node: StageNode, image: str) -> str:
@@ -322,6 +330,7 @@ def _spec_hash(cfg: StageConfig, node: StageNode, image: str) -> str:
     spec += [f"cgroups:{STAND_IN_MAJOR}"] if node.cgroups else []
     spec += [f"volume:{p}" for p in node.volumes]
     spec += [f"ip:{node.address}"] if node.address else []
+    spec += ["restart:always"]  # a node that reboots itself comes back (RebootProgram: the rollout's reboots)
     return hashlib.sha256("\0".join(spec).encode()).hexdigest()[:12]
 
 
@@ -339,6 +348,9 @@ def _run_args(cfg: StageConfig, node: StageNode, image: str, port: int) -> list[
         # podman then mounts tmpfs on /run, /run/lock, /tmp, the cgroup tree writable for systemd,
         # sets container=podman and stops with SIGRTMIN+3; nothing else is needed under runc here.
         "--systemd=always",
+        # A reboot inside the node (systemctl reboot: Slurm's RebootProgram) ends the container; podman starts it
+        # again, as a machine comes back from a reboot. `podman stop` and stage down still stop it for good.
+        "--restart", "always",
         "--network", network_name(cfg),
         "--network-alias", node.name,
         *(["--ip", node.address] if node.address else []),
@@ -513,7 +525,10 @@ def up(cfg: StageConfig, nodes: list[StageNode], log: Log = print) -> StagedClus
             _podman("network", "create", "--label", f"{LABEL_CLUSTER}={cfg.cluster}",
                     "--label", f"{LABEL_STATE}={state_hash(cfg)}", net)
             log(f"stage: created podman network {net}")
-        nodes = _with_addresses(nodes, _network_subnet(net))
+        kept: dict[str, str] = {}
+        if paths["addresses.json"].exists():
+            kept = {str(k): str(v) for k, v in json.loads(paths["addresses.json"].read_text()).items()}
+        nodes = _with_addresses(nodes, _network_subnet(net), kept)
 
         wanted = {n.name: n for n in nodes}
         existing = {c["Labels"].get(LABEL_NODE, ""): c for c in _containers(cfg)}
@@ -569,6 +584,8 @@ def up(cfg: StageConfig, nodes: list[StageNode], log: Log = print) -> StagedClus
         known = "".join(f"[127.0.0.1]:{ports[n]} {host_keys[n]}\n" for n in sorted(ports))
         _write_if_changed(paths["known_hosts"], known)
         _write_if_changed(paths["ports.json"], json.dumps(dict(sorted(ports.items())), indent=2) + "\n")
+        _write_if_changed(paths["addresses.json"], json.dumps({n.name: n.address for n in nodes if n.address},
+                                                             indent=2, sort_keys=True) + "\n")
         _write_if_changed(paths["ssh_config"], _ssh_config(cfg, ports, paths))
         log(f"stage: cluster {cfg.cluster}: {len(ports)} node(s) up in {time.monotonic() - started:.1f}s "
             f"(network {net}, ssh config {paths['ssh_config']})")
