@@ -5,7 +5,7 @@ module.
 
 For each class, one example change: two specs differ by it, `diff_specs` names the class (on the NEW spec's
 release, as `gpucluster diff` does), the test applies exactly that disruption and checks
-- enough: the new value is live (`scontrol show config`, the node table);
+- enough: the new value is live (`scontrol show config`, the node table, the address a daemon listens on);
 - not more: the next-smaller disruption does not make it live (the old value is still in effect, or slurmctld
   refuses it);
 - a job running across the change is not lost: it ends COMPLETED and was never requeued.
@@ -201,7 +201,8 @@ def _restart_slurmctld_keys(line: str) -> list[str]:
 def test_restart_slurmctld_is_enough_and_a_reconfigure_is_not(emulated) -> None:
     """22.05: SchedulerType needs a slurmctld restart (slurm.conf(5) 22.05.8; slurmctld logs "SchedulerType
     change requires restart of the slurmctld daemon" on a reconfigure). From 23.11 no slurm.conf key of the
-    table is in this class (every one reconfigures, scontrol(1) 24.11.5): there, diff must say reconfigure."""
+    table is in this class (every one reconfigures, scontrol(1) 24.11.5): there, diff must say reconfigure. (A flag
+    is: NoCtldInAddrAny, the listening test below.)"""
     line, sc, tmp = emulated
     cls, _ = _diff(tmp, line, _with_parameters(STAGING, SchedulerType="sched/builtin"))
     old = _config(sc, "SchedulerType")
@@ -221,6 +222,105 @@ def test_restart_slurmctld_is_enough_and_a_reconfigure_is_not(emulated) -> None:
         assert cls == "reconfigure" and _restart_slurmctld_keys(line) == []
         assert after_reconfigure == "sched/builtin"
     _survived(sc, job)
+
+
+# ---- listening settings: what only a restart of the daemon that listens changes ------------------------------------
+
+ANY = {"0.0.0.0", "::"}
+
+
+def _listening(port: int) -> set[str]:
+    """The addresses a socket listens on at `port` on this machine (/proc/net/tcp and tcp6: the daemons share
+    this network namespace; a Debian root is only a chroot)."""
+    import socket
+    import struct
+
+    out = set()
+    for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
+        with contextlib.suppress(OSError), open(table) as fh:
+            for row in fh.read().splitlines()[1:]:
+                local, state = row.split()[1], row.split()[3]
+                addr, hexport = local.split(":")
+                if state == "0A" and int(hexport, 16) == port:  # 0A: LISTEN
+                    words = struct.unpack(f"<{len(addr) // 8}I", bytes.fromhex(addr))  # each word host-order
+                    out.add(socket.inet_ntop(family, struct.pack(f">{len(words)}I", *words)))
+    return out
+
+
+def _resolved(name: str) -> set[str]:
+    import socket
+
+    return {a[4][0] for a in socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)}
+
+
+def _communication_parameters(tmp: Path, line: str, flags: str):
+    cls, changes = _diff(tmp, line, _with_parameters(STAGING, CommunicationParameters=flags))
+    (change,) = [c for c in changes if c.what == "slurm.conf CommunicationParameters"]
+    return cls, change
+
+
+STEPS = ("reconfigure", "restart-slurmctld", "restart-slurmd")  # the daemon classes, least disruptive first
+
+
+def _step(sc, step: str, old: str | None) -> None:
+    """Do what class `step` says for a slurm.conf key already copied in (diff's action for it)."""
+    if step == "reconfigure":
+        _reconfigure(sc, "CommunicationParameters", old)
+    elif step == "restart-slurmctld":
+        sc.restart_slurmctld()
+    else:
+        assert step == "restart-slurmd", step  # slurmctld, then every slurmd
+        sc.restart_slurmctld()
+        sc.restart_slurmd(sorted(sc.slurmd))
+
+
+def _listening_change(sc, change, bound, wanted) -> None:
+    """Every step smaller than the class diff named leaves the old socket (every address): not more; the class's
+    own step binds it to the daemon's address: enough."""
+    old = _config(sc, "CommunicationParameters")
+    assert all(a & ANY for a in bound().values()), bound()  # the old value: every address
+    _write_key(sc, "CommunicationParameters", change.new)
+    assert change.cls in STEPS, change
+    for step in STEPS[:STEPS.index(change.cls)]:
+        _step(sc, step, old)
+        assert all(a & ANY for a in bound().values()), (step, bound())  # not more
+    _step(sc, change.cls, old)
+    assert all(a and a <= wanted[n] for n, a in bound().items()), (change.cls, bound(), wanted)  # enough
+    assert _config(sc, "CommunicationParameters") == change.new
+
+
+def test_a_listening_setting_of_slurmctld_needs_its_restart_and_no_slurmd_restart(emulated) -> None:
+    """CommunicationParameters=NoCtldInAddrAny binds slurmctld's port to slurmctld's own address instead of every
+    address (slurm.conf(5), all three lines). A listening socket is made at start, and from 23.11 the reconfigure's
+    new slurmctld takes over the old one (24.11.5: "Changes to TCP listening settings will require a daemon
+    restart"). So restart-slurmctld on every line: a reconfigure reads the flag (show config lists it) yet leaves
+    the socket on every address; a slurmctld restart binds it; no slurmd reads the flag, none restarts."""
+    line, sc, tmp = emulated
+    cls, change = _communication_parameters(tmp, line, "NoCtldInAddrAny")
+    port = int(_config(sc, "SlurmctldPort"))
+    host = re.search(r"\((\S+)\)", _config(sc, r"SlurmctldHost\[0\]")).group(1)  # ctl(ADDR): its address
+    job, pids = _sbatch(sc), _pids(sc)
+    _listening_change(sc, change, lambda: {"slurmctld": _listening(port)}, {"slurmctld": _resolved(host)})
+    if change.cls == "restart-slurmctld":
+        assert {n: p for n, p in _pids(sc).items() if n != "slurmctld"} == {
+            n: p for n, p in pids.items() if n != "slurmctld"}  # no slurmd was restarted
+    _survived(sc, job)
+    assert cls == change.cls == "restart-slurmctld", change
+
+
+def test_a_listening_setting_of_slurmd_needs_every_slurmd_restarted(emulated) -> None:
+    """CommunicationParameters=NoInAddrAny binds each slurmd's port to its node's address ("for all daemons/clients
+    except for the slurmctld", slurm.conf(5)): diff says restart-slurmd (slurmctld, then every slurmd) on every
+    line. Neither a reconfigure (from 23.11 it starts new slurmd processes, which take the old socket) nor a
+    slurmctld restart moves a slurmd's socket; restarting each slurmd does."""
+    line, sc, tmp = emulated
+    cls, change = _communication_parameters(tmp, line, "NoInAddrAny")
+    nodes = sorted(sc.slurmd)
+    wanted = {n: _resolved(sc.nodes()[n]["NodeAddr"]) for n in nodes}
+    job = _sbatch(sc)
+    _listening_change(sc, change, lambda: {n: _listening(sc.node_ports[n]) for n in nodes}, wanted)
+    _survived(sc, job)
+    assert cls == change.cls == "restart-slurmd", change
 
 
 def _job_nodes(sc, job: str) -> list[str]:

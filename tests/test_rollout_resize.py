@@ -1,6 +1,8 @@
-"""Grow and shrink on real Slurm daemons (the emulator: Debian 12's slurmctld 22.05 and one `slurmd -N` per node),
-with a job running throughout: 12 nodes in 3 leaves of 4 grow by a leaf to 16, then shrink by two nodes to 14,
-one of which runs a job when the shrink starts.
+"""Grow and shrink on real Slurm daemons (the emulator: a real slurmctld and one `slurmd -N` per node), on each line
+gpucluster runs: 22.05 from the host, where Slurm learns a changed node list by restarting slurmctld and every
+slurmd, and 24.11 and 26.05 from their Debian roots, where `scontrol reconfigure` does it (resize.plan_resize, from
+gpucluster.slurmkeys). With a job running throughout: 12 nodes in 3 leaves of 4 grow by a leaf to 16, then shrink
+by two nodes to 14, one of which runs a job when the shrink starts.
 
 What must hold: the job started before the grow runs through grow and shrink on the same nodes and ends
 COMPLETED, never requeued; the new nodes are out of service while they are checked, then join the partition and
@@ -10,26 +12,44 @@ job runs on); once the job ends the shrink removes the nodes from Slurm."""
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import hostlist
 import pytest
+from conftest import skip_or_fail, slurmctld_available
 
 from gpucluster.cluster import load_cluster
-from gpucluster.emulate.emulator import emulate
+from gpucluster.emulate.emulator import config_nodes
 from gpucluster.emulate.harness import SlurmCluster
 from gpucluster.emulate.specs import scaled_spec, write_and_render
 from gpucluster.rollout.engine import Halted
 from gpucluster.rollout.resize import grow, plan_resize, shrink
 from gpucluster.rollout.slurmclient import Slurm
 
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-HAVE_SLURM = all(shutil.which(t) or Path("/usr/sbin", t).exists() for t in ("slurmctld", "slurmd", "munged"))
-pytestmark = [pytest.mark.skipif(not IN_CI and not HAVE_SLURM, reason="slurmctld/slurmd/munged not installed"),
-              pytest.mark.slurm, pytest.mark.emulate]
+pytestmark = [pytest.mark.slurm, pytest.mark.emulate]
+LINES = ("22.05", "24.11", "26.05")
+
+
+@pytest.fixture(scope="module", params=LINES)
+def line(request) -> str:
+    """The Slurm line, as tests/test_diff_classes_real.py picks it: 22.05 from the host's packages, the others from
+    their Debian roots. Module-scoped so that each line is its own xdist group (conftest.py, "loadgroup")."""
+    from gpucluster.emulate.roots import RootError, runtime
+
+    line = request.param
+    if line == "22.05":
+        if not slurmctld_available():
+            skip_or_fail("not run: slurmctld/slurmd/munged not installed (apt-get install slurmctld slurmd munge)")
+        return line
+    if os.geteuid() != 0:
+        skip_or_fail(f"not run: Slurm {line} runs from a Debian root through chroot, which needs root")
+    try:
+        runtime(line)
+    except RootError as exc:
+        skip_or_fail(f"not run: Slurm {line}: {exc}")
+    return line
 
 
 class Emulated:
@@ -70,16 +90,19 @@ def _sbatch(c: SlurmCluster, *args: str) -> str:
     return jobid
 
 
-def test_grow_by_a_leaf_then_shrink_keeps_the_running_job(tmp_path: Path) -> None:
+def test_grow_by_a_leaf_then_shrink_keeps_the_running_job(tmp_path: Path, line: str) -> None:
     specs = {}
     for n in (12, 16, 14):
-        text = scaled_spec("meta-24k-ib", {"h100": n}, name="rs", fabric={"scalable_unit_nodes": 4})
+        text = scaled_spec("meta-24k-ib", {"h100": n}, name="rs", fabric={"scalable_unit_nodes": 4},
+                           slurm={"version": line})
         specs[n] = write_and_render(text, tmp_path / str(n), "rs")
     clusters = {n: load_cluster(tmp_path / str(n) / "rs.yaml") for n in specs}
     up, down = plan_resize(clusters[12], clusters[16]), plan_resize(clusters[16], clusters[14])
-    assert up.how == "restart" and up.added == ("gti0013", "gti0014", "gti0015", "gti0016") and not up.removed
+    assert up.added == ("gti0013", "gti0014", "gti0015", "gti0016") and not up.removed
     assert down.removed == ("gti0015", "gti0016") and not down.added
-    with emulate(specs[12].conf_dir, reboot_delay=0.5) as c:
+    assert up.how == down.how == ("restart" if line == "22.05" else "reconfigure"), (line, up.how, down.how)
+    conf = specs[12].conf_dir
+    with SlurmCluster(conf, slurmd_nodes=config_nodes(conf), line=line, start_timeout=120, reboot_delay=0.5) as c:
         slurm = Slurm(c.run)
         long = _sbatch(c, "-N", "4", "--wrap", "sleep 40")
         before = _job(c, long)

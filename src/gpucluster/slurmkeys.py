@@ -53,6 +53,14 @@ AT_START = "read once at daemon start before 23.11 (no man page note; gpucluster
 # restart." So from 23.11 every key reconfigures, except the listening ports and the authentication.
 SINCE_2311 = "scontrol(1) 24.11.5/26.05.5: 'Starting in 23.11' reconfigure starts new daemon processes"
 PORTS_2311 = 'slurm.conf(5) 24.11.5/26.05.5: "Changes to TCP listening settings will require a daemon restart."'
+# CommunicationParameters, slurm.conf(5) 22.05.8, 24.11.5 and 26.05.5: "NoCtldInAddrAny: Used to directly bind to
+# the address of what the node resolves to running the slurmctld [...]", and "NoInAddrAny [...] is for all
+# daemons/clients except for the slurmctld". A listening socket is made once, at start: measured on all three
+# lines (tests/test_diff_classes_real.py), a reconfigure leaves each daemon listening on every address (23.11+'s
+# new processes take the old socket), a slurmctld restart binds slurmctld alone, a slurmd restart its slurmd.
+NO_CTLD_IN_ADDR_ANY = ('slurm.conf(5) 22.05.8-26.05.5, CommunicationParameters: "NoCtldInAddrAny Used to directly '
+                       'bind to the address of what the node resolves to running the slurmctld"; 24.11.5/26.05.5: '
+                       '"Changes to TCP listening settings will require a daemon restart."')
 # Node definitions. slurm.conf(5) 22.05.8: "Changes in node configuration (e.g. adding nodes, changing their
 # processor count, etc.) require restarting both the slurmctld daemon and the slurmd daemons."; 24.11.5 and
 # 26.05.5: "... require restarting or reconfiguring all slurmctld and slurmd daemons." The change came with
@@ -88,6 +96,16 @@ UINT32_MAX = 4294967294
 
 
 @dataclass(frozen=True)
+class Flag:
+    """One flag of a KV_LIST key that one daemon alone reads: a change to it (added, removed or given another
+    value) needs less than a change to the rest of the key."""
+
+    name: str
+    changes: tuple[tuple[str, str], ...]
+    source: str
+
+
+@dataclass(frozen=True)
 class Key:
     """One slurm.conf key gpucluster writes, owns or knows.
 
@@ -110,6 +128,7 @@ class Key:
     source: str = UNLESS_NOTED
     loses_jobs: str = ""  # the man page sentence when a change loses running jobs: the cluster must be empty
     value: str | None = None  # the fixed value gpucluster writes (slurm.conf.j2 writes these in table order)
+    flags: tuple[Flag, ...] = ()  # flags classed apart from the key (value_change_class)
 
 
 def _steps(before: str, after: str = RECONFIGURE) -> tuple[tuple[str, str], ...]:
@@ -223,7 +242,8 @@ KEYS: tuple[Key, ...] = (
     Key("AuthAltTypes", syntax=LIST, written=None, changes=_ALWAYS, source=AUTH),
     Key("AuthAltParameters", syntax=KV_LIST, written=None, changes=_ALWAYS, source=AUTH),
     Key("AuthInfo", syntax=KV_LIST, written=None, changes=_ALWAYS, source=AUTH),
-    Key("CommunicationParameters", syntax=KV_LIST, written=None, changes=_ALWAYS, source=PORTS_2311),
+    Key("CommunicationParameters", syntax=KV_LIST, written=None, changes=_ALWAYS, source=PORTS_2311,
+        flags=(Flag("NoCtldInAddrAny", (("22.05", RESTART_SLURMCTLD),), NO_CTLD_IN_ADDR_ANY),)),
     Key("CredType", written=None, changes=_CTLD, source=CTLD_22),
     Key("LaunchType", written=None, changes=_BOTH, source=AT_START),
     Key("PluginDir", written=None, changes=_BOTH, source=BOTH_22),
@@ -289,11 +309,30 @@ def change_class(name: str, version: str) -> str:
     """What a change to `name` needs on Slurm `version` (a release of RELEASES); a key the table does not
     hold reconfigures (slurm.conf(5): "unless otherwise noted")."""
     entry = key(name)
-    if entry is None:
-        return RECONFIGURE
+    return _step(entry.changes, version) if entry else RECONFIGURE
+
+
+def value_change_class(name: str, old: str | None, new: str | None, version: str) -> tuple[str, str]:
+    """(class, source) of `name` going from `old` to `new` on `version`: the key's own, unless every flag that
+    differs is one the table classes apart (Key.flags); then the most disruptive of those flags' classes."""
+    entry = key(name)
+    if entry is None or not entry.flags:
+        return change_class(name, version), entry.source if entry else UNLESS_NOTED
+    items = [set((value or "").split(entry.sep)) - {""} for value in (old, new)]
+    flags = {f.name.lower(): f for f in entry.flags}
+    changed = {item.split("=", 1)[0].lower() for item in items[0] ^ items[1]}
+    if not changed or not changed <= set(flags):
+        return change_class(name, version), entry.source
+    classes = sorted(((_step(flags[c].changes, version), flags[c].source) for c in changed),
+                     key=lambda cs: CLASSES.index(cs[0]))
+    return classes[-1]
+
+
+def _step(changes: tuple[tuple[str, str], ...], version: str) -> str:
+    """The class of the last (first release, class) step at or before `version`."""
     v = _tuple(version)
     out = RECONFIGURE
-    for since, cls in entry.changes:
+    for since, cls in changes:
         if _tuple(since) <= v:
             out = cls
     return out

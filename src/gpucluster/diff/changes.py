@@ -309,14 +309,14 @@ def _slurm_conf(a: str, b: str, old: Cluster, new: Cluster, version: str) -> lis
         name = entry.name if entry else next(
             line.split("=", 1)[0].strip() for line in (b or a).splitlines() + a.splitlines()
             if line.split("=", 1)[0].strip().lower() == low)
-        cls, groups, action = _CLASS_OF_KEY[slurmkeys.change_class(name, version)]
-        source = entry.source if entry else slurmkeys.UNLESS_NOTED
+        was, now = ",".join(sa.get(low, ())) or None, ",".join(sb.get(low, ())) or None
+        key_cls, source = slurmkeys.value_change_class(name, was, now, version)
+        cls, groups, action = _CLASS_OF_KEY[key_cls]
         if entry and entry.loses_jobs:
             cls, groups, source = DRAIN, CTLD + SLURMD, entry.loses_jobs
             action = "drain every node and wait for every job to end (it would be lost), then " + action
         out.append(Change(f"slurm.conf {name}", "slurm-key", "slurm.conf", cls, action, groups,
-                          _hosts(new, groups), ",".join(sa.get(low, ())) or None, ",".join(sb.get(low, ())) or None,
-                          source))
+                          _hosts(new, groups), was, now, source))
     na, nb = _records(a, "NodeName"), _records(b, "NodeName")
     if na != nb:
         cls, groups, action = _CLASS_OF_KEY[slurmkeys.change_class("NodeName", version)]
