@@ -61,3 +61,25 @@ def test_a_state_folder_others_can_write_is_refused_before_anything_is_written(t
     assert res.returncode == 2 and "Traceback" not in res.stderr and "open to other users" in res.stderr
     assert not (tmp_path / "inv").exists() and not (state / "compiled").exists()
     shutil.rmtree(state)
+
+
+@pytest.mark.skipif(not PLAYBOOK.exists(), reason="ansible-playbook is not installed beside this Python")
+def test_a_limited_configure_compiles_an_edited_spec(tmp_path):
+    """`--limit` leaves out localhost, and with it the compile play: configure compiles before Ansible runs, so a
+    limited run (a rollout's wave, the controllers of a resize) never converges from the compile of an older spec.
+    The run reaches no node: the compile playbook's only play is localhost's, which the limit skips."""
+    from gpucluster.configure import configure
+
+    spec = tmp_path / "staging.yaml"
+    spec.write_text(SPEC.read_text())
+    state = tmp_path / "state"
+    res = subprocess.run([sys.executable, "-m", "gpucluster.cli", "inventory", str(spec), "-o", str(tmp_path / "inv"),
+                          "--state-dir", str(state)], capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 0, res.stderr
+    rendered = state / "compiled" / "rendered" / "slurm.conf"
+    assert "SlurmctldTimeout=333" not in rendered.read_text()
+    spec.write_text(SPEC.read_text().replace("  partitions:\n", "  parameters:\n    SlurmctldTimeout: 333\n"
+                                             "  partitions:\n", 1))
+    result = configure(tmp_path / "inv", playbook="compile.yml", limit="gpu01", log=lambda _line: None)
+    assert result.ok, result.status
+    assert "SlurmctldTimeout=333" in rendered.read_text()

@@ -80,8 +80,8 @@ def _enroll(c, spec: Path) -> None:
     """What an operator does before a resize: the machines up (here: stage up) and the inventory written."""
     from gpucluster.stage.lifecycle import stage_up
 
-    stage_up(str(spec), state=str(c.staged.ssh_config.parent), inventory=str(c.logs / "stage-inventory"),
-             log=lambda _m: None)
+    c.staged, _inv = stage_up(str(spec), state=str(c.staged.ssh_config.parent),
+                              inventory=str(c.logs / "stage-inventory"), log=lambda _m: None)
     _ok(_cli("inventory", str(spec), "-o", str(c.inventory.parent), "--ssh-config", str(c.staged.ssh_config),
              "--state-dir", str(c.state_dir)), "gpucluster inventory", c.logs / "inventory-grow.log")
 
@@ -243,8 +243,8 @@ def test_grow_reboot_reconfigure_shrink_under_a_running_job(staged_trixie, tmp_p
     assert "0 nodes added, 1 removed" in out, out
     from gpucluster.stage.lifecycle import stage_up
 
-    stage_up(str(spec), state=str(c.staged.ssh_config.parent), inventory=str(c.logs / "stage-inventory"),
-             log=lambda _m: None)
+    c.staged, _inv = stage_up(str(spec), state=str(c.staged.ssh_config.parent),
+                              inventory=str(c.logs / "stage-inventory"), log=lambda _m: None)
     assert _job_state(c, job_b) == "RUNNING"
     state_b, gaps_b = _finish(c, job_b, "gpu[01-02]")
     assert state_b == "COMPLETED", state_b

@@ -394,6 +394,14 @@ def configure(inventory: str | os.PathLike, *, playbook: str = "site.yml", limit
         raise UsageError(f"{inv}: not a gpucluster inventory (no gpucluster_cluster); write it with "
                          "`gpucluster inventory SPEC -o DIR`")
     state, secrets_dir = state_dirs(inv_vars, state_dir)
+    spec = inv_vars.get("gpucluster_spec")
+    if limit and spec and Path(str(spec)).is_file():
+        # The compile play runs on localhost, which a --limit leaves out: compile here, or a limited run (the
+        # controllers of a resize, a rollout's wave) would converge from the compile of an older spec. Current
+        # already: a few ms of hashing (compiled.stamp_of), nothing parsed.
+        from gpucluster.compiled import ensure_compiled
+
+        ensure_compiled(str(spec), state)
     pdd = private_dir(state / "runner", what="Ansible run folder")
     extravars: dict[str, Any] = {"gpucluster_state_dir": str(state), "gpucluster_secrets_dir": str(secrets_dir)}
     if batch is not None:
