@@ -489,3 +489,18 @@ def test_the_slurm_play_rolls_in_batches():
     plays = {p["name"]: p for p in _yaml(ROOT / "playbooks" / "site.yml") if "name" in p}
     slurm = plays["Slurm | accounting, controller, compute and login nodes"]
     assert "gpucluster_batch" in str(slurm["serial"]) and "100%" in str(slurm["serial"])
+
+
+def test_slurm_nodes_state_reads_one_sinfo_for_many_nodes():
+    text = "gpu01|idle|none\ngpu02|idle*|Not responding\ngpu01|idle|none\ngpu03|drain|gres/gpu count reported lower"
+    got = filters.slurm_nodes_state(text, ["gpu01", "gpu02", "gpu03", "gpu04"])
+    assert got["waiting"] == ["gpu02", "gpu04"] and got["usable"] is False  # gpu04: slurmctld does not list it
+    assert got["nodes"]["gpu01"]["usable"] and got["nodes"]["gpu03"]["mismatch"]
+    assert filters.slurm_nodes_state(text, ["gpu01", "gpu03"])["usable"] is True
+
+
+def test_the_registration_wait_is_one_task_on_the_controller():
+    """One sinfo for the run's nodes, run once, never a delegated SSH session per node (issue 19)."""
+    tasks = yaml.safe_load((ROOT / "roles" / "slurm_compute" / "tasks" / "registered.yml").read_text())
+    delegated = [t for t in tasks if "delegate_to" in t]
+    assert delegated and all(t.get("run_once") is True for t in delegated), delegated

@@ -9,6 +9,7 @@ Each filter takes plain data and returns plain data; tests/test_roles_static.py 
   gpucluster_limits_report(result, container) one sentence on limits lowered to what the node grants
   gpucluster_failed_checks(checks)           messages of failed preflight checks [{ok, msg}, ...]
   gpucluster_slurm_node_state(sinfo_line)    {state, reason, responding, usable, mismatch} of one node
+  gpucluster_slurm_nodes_state(sinfo, hosts) {nodes: {host: that}, usable, waiting} of many nodes, one sinfo
   gpucluster_pin(packages, version)          ["pkg=version", ...] (or the bare names when version is '')
   gpucluster_file_map(names, src, dest)      {dest/name: text of src/name} read on the controller, bytes kept
   gpucluster_apt_pin(version, pkgs, path)    {path: apt preferences pin text} ({} when version is '')
@@ -165,6 +166,21 @@ def slurm_node_state(line: str) -> dict[str, Any]:
             "mismatch": bool(mismatch and _MISMATCH.search(reason or ""))}
 
 
+def slurm_nodes_state(text: str, hosts: Iterable[str]) -> dict[str, Any]:
+    """Parse one `sinfo --noheader --Node --nodes H1,H2,... --format '%N|%t|%E'` for many nodes:
+    {nodes: {host: slurm_node_state of its line}, usable: every host usable, waiting: hosts not yet usable}.
+    A host sinfo does not list is not usable (slurmctld does not know it); a node in two partitions is listed
+    twice with one state."""
+    lines: dict[str, str] = {}
+    for line in str(text).splitlines():
+        name, sep, rest = line.strip().partition("|")
+        if sep and name not in lines:
+            lines[name] = rest
+    nodes = {h: slurm_node_state(lines.get(h, "")) for h in hosts}
+    waiting = [h for h, st in nodes.items() if not st["usable"]]
+    return {"nodes": nodes, "usable": not waiting, "waiting": waiting}
+
+
 def sysctl_report(result: Mapping[str, Any], container: bool = False) -> str:
     """The gpucluster_sysctl result as one sentence: what is persisted but not live, and why."""
     parts = []
@@ -223,6 +239,7 @@ class FilterModule:
             "gpucluster_sysctl_report": sysctl_report,
             "gpucluster_limits_report": limits_report,
             "gpucluster_slurm_node_state": slurm_node_state,
+            "gpucluster_slurm_nodes_state": slurm_nodes_state,
             "gpucluster_file_map": file_map,
             "gpucluster_apt_pin": apt_pin,
         }

@@ -178,7 +178,8 @@ def test_grow_reboot_reconfigure_shrink_under_a_running_job(staged_trixie, tmp_p
     # 1. grow by one leaf: gpu05-06 enrolled, then --resize
     spec = _spec(c, tmp_path, 6)
     _enroll(c, spec)
-    out = _ok(_cli("rollout", inv, "--resize", str(spec), "--secrets", secrets), "rollout --resize (grow)",
+    out = _ok(_cli("rollout", inv, "--resize", str(spec), "--secrets", secrets, "--tags", "slurm"),
+              "rollout --resize (grow)",
               c.logs / "rollout-grow.log")
     assert "2 nodes added, 0 removed" in out and "learns a node list by reconfigure" in out, out
     nodes = _nodes(c)
@@ -238,7 +239,8 @@ def test_grow_reboot_reconfigure_shrink_under_a_running_job(staged_trixie, tmp_p
     spec = _spec(c, tmp_path, 5, drivers={"branch": "580"}, parameters={"SlurmctldTimeout": 333})
     _ok(_cli("inventory", str(spec), "-o", inv, "--ssh-config", str(c.staged.ssh_config), "--state-dir",
              str(c.state_dir)), "gpucluster inventory (shrink)", c.logs / "inventory-shrink.log")
-    out = _ok(_cli("rollout", inv, "--resize", str(spec), "--secrets", secrets), "rollout --resize (shrink)",
+    out = _ok(_cli("rollout", inv, "--resize", str(spec), "--secrets", secrets, "--tags", "slurm"),
+              "rollout --resize (shrink)",
               c.logs / "rollout-shrink.log")
     assert "0 nodes added, 1 removed" in out, out
     from gpucluster.stage.lifecycle import stage_up

@@ -263,7 +263,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--secrets", metavar="FILE", help="with an INVENTORY: the extra-vars file its converges take "
                                                      "(as configure --secrets)")
     p.add_argument("--tags", help="with an INVENTORY: converge only these concerns (as configure --tags), e.g. gpu "
-                                  "for a driver change")
+                                  "for a driver change, slurm for slurm.conf; a resize's new nodes take every role")
     p.add_argument("--state-dir", metavar="DIR", help="the cluster's private state folder (default: the inventory's, "
                                                        "else ~/.local/state/gpucluster/CLUSTER)")
     p.add_argument("--resize", metavar="NEW_SPEC",

@@ -51,14 +51,16 @@ class LiveCluster:
         return Slurm(ssh_runner(self.inv.hosts[ctl[0]]))
 
     # ---------------------------------------------------------------------------------------------- converge
-    def converge(self, hosts: Sequence[str], what: str) -> dict[str, str]:
-        """`configure --limit hosts`: {host: why it failed} (every host when the run failed as a whole)."""
+    def converge(self, hosts: Sequence[str], what: str, *, whole: bool = False) -> dict[str, str]:
+        """`configure --limit hosts` (with --tags, unless `whole`): {host: why it failed} (every host when the
+        run failed as a whole)."""
         from gpucluster.configure import configure
 
         if not hosts:
             return {}
-        self.say(f"{what}: configure --limit {','.join(hosts)}" + (f" --tags {self.tags}" if self.tags else ""))
-        result = configure(self.path, limit=",".join(hosts), tags=self.tags, secrets=self.secrets,
+        tags = None if whole else self.tags
+        self.say(f"{what}: configure --limit {','.join(hosts)}" + (f" --tags {tags}" if tags else ""))
+        result = configure(self.path, limit=",".join(hosts), tags=tags, secrets=self.secrets,
                            log=lambda _line: None)
         failed = {h: "; ".join(result.failures.get(h, [])[:2]) or "failed or unreachable"
                   for h in result.failed_hosts if h in hosts}
@@ -168,7 +170,8 @@ class LiveController:
         self._systemctl(list(nodes), "try-restart", "slurmd")
 
     def start_slurmd(self, nodes: Sequence[str]) -> None:
-        failed = self.live.converge(list(nodes), "new nodes")
+        # a new node takes every role, whatever --tags says (--tags narrows what the controllers' converge does)
+        failed = self.live.converge(list(nodes), "new nodes", whole=True)
         if failed:
             raise SlurmError(f"the new nodes' converge failed: {failed}")
 

@@ -451,7 +451,10 @@ def _wait_ready(cfg: StageConfig, ports: dict[str, int], log: Log) -> dict[str, 
         for name, port in list(pending.items()):
             c = container_name(cfg, name)
             # one exec per node and round: on two cores, polling competes with the nodes' boot
-            res = run(["podman", "exec", c, "sh", "-c", _HOSTKEY_WHEN_SSH_ACTIVE], check=False, timeout=30)
+            try:
+                res = run(["podman", "exec", c, "sh", "-c", _HOSTKEY_WHEN_SSH_ACTIVE], check=False, timeout=30)
+            except StageError:  # a slow exec on a loaded machine (seen past 30 s at load average 60): next round
+                continue
             pub = res.stdout.split()
             if res.returncode != 0 or len(pub) < 2:
                 running = _podman("inspect", "--format", "{{.State.Running}}", c, check=False).strip()
