@@ -475,6 +475,29 @@ def _wait_ready(cfg: StageConfig, ports: dict[str, int], log: Log) -> dict[str, 
     return keys
 
 
+def _recorded_keys(known_hosts: Path) -> dict[int, str]:
+    """port -> "type key" from the known_hosts this stage wrote ("[127.0.0.1]:PORT type key" lines)."""
+    out = {}
+    with contextlib.suppress(OSError):
+        for line in known_hosts.read_text().splitlines():
+            parts = line.split()
+            m = re.fullmatch(r"\[127\.0\.0\.1\]:(\d+)", parts[0]) if len(parts) >= 3 else None
+            if m:
+                out[int(m.group(1))] = f"{parts[1]} {parts[2]}"
+    return out
+
+
+def _ssh_ok(paths: dict[str, Path], port: int) -> bool:
+    """Our key logs in as root on 127.0.0.1:port, the host key checked against the recorded one."""
+    argv = ["ssh", "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={paths['known_hosts']}",
+            "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "ConnectTimeout=10",
+            "-i", str(paths["id_ed25519"]), "-p", str(port), "-l", "root", "--", "127.0.0.1", "true"]
+    try:
+        return run(argv, check=False, timeout=60).returncode == 0
+    except StageError:
+        return False
+
+
 def _ssh_banner(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=3) as s:
@@ -538,18 +561,19 @@ def up(cfg: StageConfig, nodes: list[StageNode], log: Log = print) -> StagedClus
         for name, c in existing.items():
             if name not in wanted:
                 log(f"stage: removing container {c['Names'][0]}: node {name!r} is no longer staged")
-                _podman("rm", "-f", "-t", "5", c["Id"])
+                _rm(cfg, [c["Id"]])
 
         stored: dict[str, int] = {}
         if paths["ports.json"].exists():
             stored = {k: int(v) for k, v in json.loads(paths["ports.json"].read_text()).items()}
         ports: dict[str, int] = {}
+        unchanged: set[str] = set()
         to_create: list[StageNode] = []
         for node in nodes:
             c = existing.get(node.name)
             if c is not None and c["Labels"].get(LABEL_SPEC) != _spec_hash(cfg, node, image):
                 log(f"stage: node {node.name}: configuration or image changed, recreating its container")
-                _podman("rm", "-f", "-t", "5", c["Id"])
+                _rm(cfg, [c["Id"]])
                 stored.setdefault(node.name, _ssh_port(c) or 0)
                 c = None
             if c is None:
@@ -564,6 +588,7 @@ def up(cfg: StageConfig, nodes: list[StageNode], log: Log = print) -> StagedClus
                 _podman("start", c["Id"])
                 log(f"stage: node {node.name}: started existing container (ssh 127.0.0.1:{port})")
             else:
+                unchanged.add(node.name)
                 log(f"stage: node {node.name}: unchanged (ssh 127.0.0.1:{port})")
         taken = set(ports.values())
         for node in to_create:
@@ -579,9 +604,17 @@ def up(cfg: StageConfig, nodes: list[StageNode], log: Log = print) -> StagedClus
             log(f"stage: node {node.name}: created container {container_name(cfg, node.name)} "
                 f"(ssh 127.0.0.1:{port}{extra})")
 
-        host_keys = _wait_ready(cfg, ports, log)
+        # A node left running as it was, whose host key this stage recorded, is ready when our key logs in over
+        # SSH against that key: no podman exec (an exec into a production-profile node was seen to fail for good,
+        # its name=systemd cgroup gone, while the node ran and answered SSH).
+        recorded = _recorded_keys(paths["known_hosts"])
+        proven = {n: recorded[ports[n]] for n in sorted(unchanged)
+                  if ports[n] in recorded and _ssh_ok(paths, ports[n])}
+        host_keys = {**proven, **_wait_ready(cfg, {n: p for n, p in ports.items() if n not in proven}, log)}
         pubkey = paths["id_ed25519.pub"].read_text()
         for name in ports:
+            if name in proven:  # our key already logged in there
+                continue
             if _authorize(container_name(cfg, name), pubkey):
                 log(f"stage: node {name}: installed the cluster's public key for root")
         known = "".join(f"[127.0.0.1]:{ports[n]} {host_keys[n]}\n" for n in sorted(ports))
@@ -603,25 +636,31 @@ def up(cfg: StageConfig, nodes: list[StageNode], log: Log = print) -> StagedClus
         )
 
 
-def _remove_containers(cfg: StageConfig, log: Log) -> None:
-    """podman rm -f, retried: podman 4.3 fails ("could not be stopped ... state improper: stopped")
-    when a container finishes its systemd shutdown just as the stop timeout sends SIGKILL."""
-    containers = _containers(cfg)
-    total = len(containers)
+def _rm(cfg: StageConfig, ids: list[str]) -> None:
+    """podman rm -f, retried: podman 4.3 fails ("could not be stopped ... state improper: stopped", or "given
+    PIDs did not die within timeout" on a loaded machine) when a container finishes its systemd shutdown just as
+    the stop timeout sends SIGKILL; the next try finds it stopped."""
     err = ""
+    left = list(ids)
     for _attempt in range(3):
-        if not containers:
-            break
-        res = run(["podman", "rm", "-f", "-t", "5", *[c["Id"] for c in containers]], check=False,
-                  timeout=180, what="podman rm")
+        if not left:
+            return
+        res = run(["podman", "rm", "-f", "-t", "5", *left], check=False, timeout=180, what="podman rm")
         err = res.stderr
-        containers = _containers(cfg)
+        still = {c["Id"] for c in _containers(cfg)}
+        left = [i for i in left if i in still]
+    if left:
+        names = {c["Id"]: c["Names"][0] for c in _containers(cfg)}
+        raise StageError(f"could not remove {len(left)} container(s) of cluster {cfg.cluster}: "
+                         f"{', '.join(names.get(i, i) for i in left)}", cmd=["podman", "rm", "-f", "-t", "5", *left],
+                         stderr=err)
+
+
+def _remove_containers(cfg: StageConfig, log: Log) -> None:
+    containers = _containers(cfg)
+    _rm(cfg, [c["Id"] for c in containers])
     if containers:
-        raise StageError(f"could not remove {len(containers)} container(s) of cluster {cfg.cluster}: "
-                         f"{', '.join(c['Names'][0] for c in containers)}",
-                         cmd=["podman", "rm", "-f", "-t", "5", *[c["Id"] for c in containers]], stderr=err)
-    if total:
-        log(f"stage: removed {total} container(s) of cluster {cfg.cluster}")
+        log(f"stage: removed {len(containers)} container(s) of cluster {cfg.cluster}")
 
 
 def _volumes(cfg: StageConfig) -> list[str]:
