@@ -37,6 +37,8 @@ FLOORS = {
 SAME_FLOOR = {
     ("deploy", "stage"),  # a Pulumi stack may target a staged cluster: it reads the stage's ports and keys
     ("deploy", "configure"),  # the stack's secrets are written with configure's secrets file writer
+    ("rollout", "configure"),  # a live wave converges its held nodes with configure's run
+    ("rollout", "validate"),  # a live wave's check reads validate's JUnit report for the nodes it holds
 }
 
 
