@@ -123,15 +123,17 @@ def test_grow_by_a_leaf_then_shrink_keeps_the_running_job(tmp_path: Path, line: 
             "slurm_compute"])
         assert c.topology()["su0004"]["nodes"] == set(up.added)
         after_grow = _job(c, long)
-        assert after_grow["JobState"] == "RUNNING" and after_grow["NodeList"] == before["NodeList"]
+        assert after_grow["JobState"] == "RUNNING" and after_grow["NodeList"] == before["NodeList"], \
+            (after_grow, c.log_tail(80))
 
-        pinned = _sbatch(c, "-N", "2", "-w", "gti[0015-0016]", "--wrap", "sleep 8")
+        # long enough that it still runs when the first shrink gives up (under load its 1 s timeout took 8 s)
+        pinned = _sbatch(c, "-N", "2", "-w", "gti[0015-0016]", "--wrap", "sleep 25")
         ctl = Emulated(c, specs[14].conf_dir)
         with pytest.raises(Halted, match="still run jobs"):
             shrink(down, ctl, slurm, "t2", poll=0.3, timeout=1.0, say=lambda _: None)
         assert {"gti0015", "gti0016"} <= set(c.nodes())  # never removed while a job runs there
         assert _job(c, pinned)["JobState"] == "RUNNING"
-        shrink(down, ctl, slurm, "t2", poll=0.3, timeout=60, say=lambda _: None)
+        shrink(down, ctl, slurm, "t2", poll=0.3, timeout=90, say=lambda _: None)
         assert _job(c, pinned)["JobState"] == "COMPLETED"
         left = c.nodes()
         assert not {"gti0015", "gti0016"} & set(left) and len(left) == 14
