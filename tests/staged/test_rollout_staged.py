@@ -184,11 +184,12 @@ def test_grow_reboot_reconfigure_shrink_under_a_running_job(staged_trixie, tmp_p
     assert "2 nodes added, 0 removed" in out and "learns a node list by reconfigure" in out, out
     # in service: idle once their registration settles (seen not idle at once after a resume in a CI run)
     deadline = time.monotonic() + 120
+    new_idle = lambda ns: all(ns.get(n, ("",))[0] == "idle" for n in ("gpu05", "gpu06"))  # noqa: E731
     nodes = _nodes(c)
-    while not all(nodes.get(n, ("",))[0] == "idle" for n in ("gpu05", "gpu06")) and time.monotonic() < deadline:
+    while not new_idle(nodes) and time.monotonic() < deadline:
         time.sleep(3)
         nodes = _nodes(c)
-    assert all(nodes.get(n, ("",))[0] == "idle" for n in ("gpu05", "gpu06")), f"after the grow: {nodes!r}"
+    assert new_idle(nodes), f"after the grow: {nodes!r}"
     topo = c.ssh(CTL, "scontrol show topology", check=True).stdout
     assert any("gpu[05-06]" in line and "Level=0" in line for line in topo.splitlines()), topo
     assert _job_state(c, job_a) == "RUNNING"
