@@ -22,7 +22,7 @@ from conftest import skip_or_fail, slurmctld_available
 
 from gpucluster.cluster import load_cluster
 from gpucluster.emulate.emulator import config_nodes
-from gpucluster.emulate.harness import SlurmCluster
+from gpucluster.emulate.harness import SlurmCluster, tail
 from gpucluster.emulate.specs import scaled_spec, write_and_render
 from gpucluster.rollout.engine import Halted
 from gpucluster.rollout.resize import grow, plan_resize, shrink
@@ -124,7 +124,10 @@ def test_grow_by_a_leaf_then_shrink_keeps_the_running_job(tmp_path: Path, line: 
         assert c.topology()["su0004"]["nodes"] == set(up.added)
         after_grow = _job(c, long)
         assert after_grow["JobState"] == "RUNNING" and after_grow["NodeList"] == before["NodeList"], \
-            (after_grow, c.log_tail(80))
+            "\n".join([" ".join(f"{k}={after_grow.get(k)}" for k in ("JobState", "Reason", "Restarts", "NodeList",
+                                                                     "StartTime", "Requeue")),
+                       c.log_tail(80), "--- the batch node's slurmd:",
+                       tail(c.slurmd_log(hostlist.expand_hostlist(before["NodeList"])[0]), 30)])
 
         # long enough that it still runs when the first shrink gives up (under load its 1 s timeout took 8 s)
         pinned = _sbatch(c, "-N", "2", "-w", "gti[0015-0016]", "--wrap", "sleep 25")

@@ -268,3 +268,30 @@ def test_a_root_line_runs_and_leaves_nothing(conf_dir: Path, line: str) -> None:
     assert not workdir.exists()
     mounts = Path("/proc/self/mounts").read_text()
     assert str(root) not in mounts
+
+
+def test_a_new_config_lands_adapted_and_whole(cluster: SlurmCluster, conf_dir: Path, monkeypatch) -> None:
+    """load_config on a running cluster: while the new config is being adapted, etc/ still holds the adapted
+    files of before, and then the new adapted ones land, with no temporary file left. Copying the rendered
+    files first and adapting them after let a daemon read an unadapted file in between: a batch step read the
+    rendered cgroup.conf inside a Debian root, failed to launch, and its job was requeued."""
+    from gpucluster.emulate import harness
+
+    def files() -> dict[str, bytes]:
+        return {f.name: f.read_bytes() for f in cluster.etc.iterdir() if f.is_file()}
+
+    before, seen = files(), {}
+    real = harness.adapt_slurm_conf
+
+    def spy(*args, **kwargs):
+        seen.update(files())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(harness, "adapt_slurm_conf", spy)
+    cluster.load_config(conf_dir, cluster.slurmd_nodes)
+    assert seen == before
+    after = files()
+    assert set(after) == set(before)
+    assert after["slurm.conf"] != (conf_dir / "slurm.conf").read_bytes()  # adapted, not the rendered file
+    assert SlurmConf.parse(after["slurm.conf"].decode()).param("SlurmctldHost") == \
+        SlurmConf.parse(before["slurm.conf"].decode()).param("SlurmctldHost")

@@ -107,6 +107,25 @@ CONFIG_ERROR_PATTERNS = (
 )
 
 
+def _cgroup_disabled(text: str) -> tuple[str, Adaptation]:
+    """Inside a Debian root there is no /sys/fs/cgroup, and slurmd 24.11+ refuses to start without its
+    cgroup plugin ("cgroup filesystem not mounted"); the emulated nodes use proctrack/linuxproc and
+    task/none anyway, so the plugin is switched off for them (CgroupPlugin=disabled, 23.11+)."""
+    old = slurmtext.settings(text, lower=True).get("cgroupplugin")
+    kept = [ln for ln in text.splitlines() if not ln.strip().lower().startswith("cgroupplugin")]
+    return ("".join(f"{ln}\n" for ln in kept) + "CgroupPlugin=disabled\n",
+            Adaptation("cgroup.conf", "CgroupPlugin", old, "disabled",
+                       "no cgroup filesystem inside the Debian root; the emulated nodes track by linuxproc"))
+
+
+def _replace(path: Path, data: bytes, mode: int) -> None:
+    """Write `path` whole: a reader sees the old file or the new one, never a part or an earlier version."""
+    tmp = path.with_name(f".{path.name}.new")
+    tmp.write_bytes(data)
+    tmp.chmod(mode)
+    os.replace(tmp, path)
+
+
 class SlurmCommandError(RuntimeError):
     """A Slurm client command failed."""
 
@@ -330,12 +349,17 @@ class SlurmCluster:
         (self.workdir / "munge" / "key").mkdir(mode=0o700, exist_ok=True)
 
     def _write_configs(self) -> None:
+        """Adapt the rendered config dir and write it over etc/. Every file is written whole and renamed into
+        place, adapted before it lands: a running cluster's slurmd and slurmstepd read these files at any
+        moment (a batch step reads cgroup.conf as it launches), and a copy of the rendered file followed by its
+        adaptation let a step launched in between read the unadapted one and fail ("cgroup filesystem not
+        mounted"), which requeued the job."""
         src = self.conf_dir / "slurm.conf"
         if not src.is_file():
             raise SlurmStartError(f"{src}: no slurm.conf in the config dir")
-        for f in self.conf_dir.iterdir():
-            if f.is_file():
-                shutil.copy2(f, self.etc / f.name)
+        rendered = [f for f in sorted(self.conf_dir.iterdir()) if f.is_file()]
+        files = {f.name: f.read_bytes() for f in rendered}
+        modes = {f.name: f.stat().st_mode & 0o7777 for f in rendered}
         n = len(self.slurmd_nodes)
         rng = random.Random()
         kept = {k: v for k, v in self.node_ports.items() if k in set(self.slurmd_nodes)}
@@ -361,13 +385,11 @@ class SlurmCluster:
         if self.configless and "enable_configless" not in (SlurmConf.parse(text).param("SlurmctldParameters") or ""):
             raise SlurmStartError(f"{src}: configless asked for, but SlurmctldParameters has no enable_configless; "
                                   "render the spec with configless Slurm (the default) or start without configless")
-        self.conf_path.write_text(text)
-        self.node_ports = ports
-        gres = self.etc / "gres.conf"
+        files["slurm.conf"] = text.encode()
         # slurmd reads gres.conf on emulated nodes; slurmctld reads it for CLOUD nodes (and refuses
         # AutoDetect there)
-        if gres.exists() and (self.slurmd_nodes or (self.absent_state or "").upper() == "CLOUD"):
-            gtext, gnotes, stand_ins = adapt_gres_conf(gres.read_text(), self.inner)
+        if "gres.conf" in files and (self.slurmd_nodes or (self.absent_state or "").upper() == "CLOUD"):
+            gtext, gnotes, stand_ins = adapt_gres_conf(files["gres.conf"].decode(), self.inner)
             for p in stand_ins:
                 # slurmd wants a character device; /dev/null is one and is harmless to open (inside a
                 # root the link resolves to the root's own /dev/null)
@@ -375,24 +397,17 @@ class SlurmCluster:
                 host.parent.mkdir(parents=True, exist_ok=True)
                 if not host.is_symlink():
                     host.symlink_to("/dev/null")
-            gres.write_text(gtext)
+            files["gres.conf"] = gtext.encode()
             notes += gnotes
         if self.slurmd_nodes and self.runtime.root is not None:
-            notes.append(self._cgroup_disabled())
+            ctext, note = _cgroup_disabled(files.get("cgroup.conf", b"").decode())
+            files["cgroup.conf"] = ctext.encode()
+            notes.append(note)
+        for name, data in files.items():
+            _replace(self.etc / name, data, modes.get(name, 0o644))
+        self.node_ports = ports
         self.adaptations = notes
         (self.workdir / "ADAPTATIONS.txt").write_text("".join(f"{a}\n" for a in notes))
-
-    def _cgroup_disabled(self) -> Adaptation:
-        """Inside a Debian root there is no /sys/fs/cgroup, and slurmd 24.11+ refuses to start without its
-        cgroup plugin ("cgroup filesystem not mounted"); the emulated nodes use proctrack/linuxproc and
-        task/none anyway, so the plugin is switched off for them (CgroupPlugin=disabled, 23.11+)."""
-        cgroup = self.etc / "cgroup.conf"
-        text = cgroup.read_text() if cgroup.exists() else ""
-        old = slurmtext.settings(text, lower=True).get("cgroupplugin")
-        kept = [ln for ln in text.splitlines() if not ln.strip().lower().startswith("cgroupplugin")]
-        cgroup.write_text("".join(f"{ln}\n" for ln in kept) + "CgroupPlugin=disabled\n")
-        return Adaptation("cgroup.conf", "CgroupPlugin", old, "disabled",
-                          "no cgroup filesystem inside the Debian root; the emulated nodes track by linuxproc")
 
     def _start_munged(self) -> None:
         mdir = self.workdir / "munge"
