@@ -44,6 +44,7 @@ from gpucluster.emulate.procs import (
 )
 from gpucluster.emulate.roots import Runtime, runtime
 from gpucluster.emulate.switchtree import Topology, parse_show_topology
+from gpucluster.outputs import write_file
 
 KEEP_ENV = "GPUCLUSTER_EMULATE_KEEP"
 # The RebootProgram of every emulated node (slurm.conf RebootProgram, replaced by the adaptation). slurmd runs
@@ -116,14 +117,6 @@ def _cgroup_disabled(text: str) -> tuple[str, Adaptation]:
     return ("".join(f"{ln}\n" for ln in kept) + "CgroupPlugin=disabled\n",
             Adaptation("cgroup.conf", "CgroupPlugin", old, "disabled",
                        "no cgroup filesystem inside the Debian root; the emulated nodes track by linuxproc"))
-
-
-def _replace(path: Path, data: bytes, mode: int) -> None:
-    """Write `path` whole: a reader sees the old file or the new one, never a part or an earlier version."""
-    tmp = path.with_name(f".{path.name}.new")
-    tmp.write_bytes(data)
-    tmp.chmod(mode)
-    os.replace(tmp, path)
 
 
 class SlurmCommandError(RuntimeError):
@@ -404,7 +397,7 @@ class SlurmCluster:
             files["cgroup.conf"] = ctext.encode()
             notes.append(note)
         for name, data in files.items():
-            _replace(self.etc / name, data, modes.get(name, 0o644))
+            write_file(self.etc / name, data, mode=modes.get(name, 0o644))
         self.node_ports = ports
         self.adaptations = notes
         (self.workdir / "ADAPTATIONS.txt").write_text("".join(f"{a}\n" for a in notes))
