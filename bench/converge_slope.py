@@ -103,7 +103,8 @@ def _variants(specs: list[str]) -> list[tuple[str, dict[str, str]]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--inventory", default=str(ROOT / "inventories" / "staging16"))
-    parser.add_argument("--group", default="slurm_compute", help="the hosts each size takes the first N of")
+    parser.add_argument("--group", default="slurm_compute",
+                        help="the hosts each size takes the first N of (all: every host of the inventory)")
     parser.add_argument("--sizes", default="4,8,16")
     parser.add_argument("--skip", default="", help="hosts to leave out (a node that did not converge), comma separated")
     parser.add_argument("--modes", default="push,pull", help="push, pull or both, comma separated")
@@ -127,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     inventory = inventory_file(args.inventory)
     inv = load_inventory(inventory)
     skip = {h.strip() for h in args.skip.split(",") if h.strip()}
-    nodes = [h for h in inv.group(args.group) if h not in skip]
+    every = list(inv.hosts) if args.group == "all" else inv.group(args.group)  # all: the whole cluster's push
+    nodes = [h for h in every if h not in skip]
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     if not nodes or max(sizes) > len(nodes):
         raise SystemExit(f"{inventory}: {len(nodes)} hosts in {args.group}, fewer than the {max(sizes)} asked for")
