@@ -21,7 +21,11 @@ MUNGE_KEY = "/etc/munge/munge.key"  # where the munge role installs the cluster'
 # Device files Slurm's gres.conf names (render/slurm.py gpu_files), per vendor: (folder/regex of a
 # name, GPU i's name is prefix + (first + i)).
 DEVICES = {"nvidia": (r"/dev/nvidia\d+", "nvidia", 0), "amd": (r"/dev/dri/renderD\d+", "renderD", 128)}
-MOUNT_STAT_TIMEOUT_S = 5
+# How long a mount may take to answer statvfs + listdir before the node drains. A metadata server under load
+# (a checkpoint storm) can take seconds, and every client asks at once: 5 s drained all four staged GPU nodes
+# twice in one CI run while the shared 2-core machine ran two converges. A hung mount still drains within the
+# same health run (the check's budget is 20 s by default).
+MOUNT_STAT_TIMEOUT_S = 15
 
 
 def _client_groups(spec, declared) -> list[str]:
