@@ -82,15 +82,22 @@ def staged(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     return cfg, sc
 
 
+def _settled_state(cfg: StageConfig, node: str, within: float = 90) -> subprocess.CompletedProcess[str]:
+    """`systemctl is-system-running` once systemd has settled, or the last answer after `within` seconds. While
+    it boots it says initializing or starting; right after `podman start` PID 1 may not yet listen on its bus,
+    and systemctl prints nothing ("Failed to connect to bus": a CI run met it)."""
+    deadline = time.monotonic() + within
+    while True:
+        res = _exec(cfg, node, "systemctl", "is-system-running")
+        if res.stdout.strip() not in ("", "initializing", "starting") or time.monotonic() > deadline:
+            return res
+        time.sleep(1)
+
+
 @pytest.mark.parametrize("node", list(BY_NAME))
 def test_systemd_is_running(staged, node: str) -> None:
     cfg, _ = staged
-    deadline = time.monotonic() + 90
-    while True:
-        state = _exec(cfg, node, "systemctl", "is-system-running").stdout.strip()
-        if state not in ("initializing", "starting") or time.monotonic() > deadline:
-            break
-        time.sleep(1)
+    state = _settled_state(cfg, node).stdout.strip()
     if state == "degraded":
         failed = _exec(cfg, node, "systemctl", "--failed", "--no-legend", "--no-pager").stdout
         units = [line.replace("●", " ").split()[0] for line in failed.splitlines() if line.strip()]
@@ -210,15 +217,7 @@ def test_a_node_stopped_and_started_keeps_its_address_and_boots(staged) -> None:
     _sh("podman", "stop", "-t", "5", container_name(cfg, node))
     _sh("podman", "start", container_name(cfg, node))
     assert _address_on(cfg, node) == sc.addresses[node]
-    # Right after `podman start`, PID 1 may not yet listen on its bus: systemctl then prints nothing and
-    # "Failed to connect to bus" (a CI run met it), so ask again until systemd answers with a state.
-    deadline = time.monotonic() + 90
-    while True:
-        res = _sh("podman", "exec", container_name(cfg, node), "timeout", "60", "systemctl",
-                  "is-system-running", "--wait", timeout=90)
-        if res.stdout.strip() or time.monotonic() > deadline:
-            break
-        time.sleep(1)
+    res = _settled_state(cfg, node)
     assert res.stdout.strip() in ("running", "degraded"), res.stdout + res.stderr
 
 
