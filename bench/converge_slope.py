@@ -1,7 +1,8 @@
 """The controller's cost of a no-op converge at 4, 8 and 16 staged GPU nodes, by push and by pull, with the slope
 fitted and projected to fleet sizes (docs/roles.md, "Controller cost at 4, 8 and 16 nodes").
 
-    .venv/bin/python bench/converge_slope.py [--inventory inventories/staging16] [--sizes 4,8,16] [--modes push,pull]
+    .venv/bin/python bench/converge_slope.py [--inventory inventories/staging16] [--sizes 4,8,16]
+        [--modes push,pull,timer]
         [--repeat N] [--push-tags TAGS] [--pull-option NAME=VALUE ...] [--variant LABEL:ENV=VALUE,... ...] [--json FILE]
 
 On one staged cluster that is already converged (bench/staging-16.yaml: `gpucluster stage up bench/staging-16.yaml`,
@@ -10,7 +11,9 @@ the same containers. Push limited to GPU nodes runs every play on those nodes on
 controller's own, delegated tasks reach the Slurm controller whatever the limit); pull converges those nodes from
 the bundle. The controller's CPU is this process and every process it starts (bench/converge_cost.py), apart from
 the nodes' CPU (their containers' cgroups): on the staged cluster they share this machine's cores, on a real
-cluster they do not.
+cluster they do not. Mode `timer` is the pull with `trigger="timer"`: this machine signs and publishes a pointer,
+the nodes' gpucluster-pull.timer converges them, and their results are read from the bundle server (one ssh per
+poll, none per host).
 
 --pull-option passes a keyword to gpucluster.configure.pull.pull() (whatever modes it offers: tags=nccl, or a
 fast no-op path where one exists); --variant measures a push again with Ansible settings changed through the
@@ -107,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the hosts each size takes the first N of (all: every host of the inventory)")
     parser.add_argument("--sizes", default="4,8,16")
     parser.add_argument("--skip", default="", help="hosts to leave out (a node that did not converge), comma separated")
-    parser.add_argument("--modes", default="push,pull", help="push, pull or both, comma separated")
+    parser.add_argument("--modes", default="push,pull",
+                        help="push, pull, timer (pull by the nodes' timers), comma separated")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--push-tags", help="push only these tags (configure --tags); default: every play")
     parser.add_argument("--pull-option", action="append", default=[], metavar="NAME=VALUE")
@@ -145,9 +149,9 @@ def main(argv: list[str] | None = None) -> int:
             return r.changed, r.ok
         return run
 
-    def pull_run(limit: str) -> Callable[[], tuple[int, bool]]:
+    def pull_run(limit: str, **extra: object) -> Callable[[], tuple[int, bool]]:
         def run() -> tuple[int, bool]:
-            r = pull(inventory, limit=limit, log=quiet, **pull_kwargs)
+            r = pull(inventory, limit=limit, log=quiet, **{**pull_kwargs, **extra})
             return r.changed, r.ok
         return run
 
@@ -166,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
             if "pull" in modes:
                 named = " ".join(f"{k}={v}" for k, v in pull_kwargs.items())
                 plan.append((f"pull {named}".strip(), n, pull_run(limit), {}))
+            if "timer" in modes:  # the same pull, the nodes' timers as the trigger (no ssh per host)
+                plan.append(("pull trigger=timer", n, pull_run(limit, trigger="timer"), {}))
 
     print(f"{'mode':24s} {'hosts':>5s} {'wall s':>7s} {'ctl CPU s':>9s} {'ctl s/host':>10s} {'nodes CPU s':>11s} "
           f"{'changes':>7s}  load", flush=True)

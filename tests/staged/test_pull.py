@@ -12,6 +12,10 @@ node's manifest; the second verifies it and skips Ansible everywhere; a hand edi
 makes the next no-op pull run the roles there only, which restore the file. Their cost: one pull with no
 Ansible anywhere (the bundle's build and publication, one ssh per host) and one node's full run alone, about
 1.5 minutes more in CI (an estimate from the figures above, not measured there).
+
+The timer (--trigger timer): every fleet node's gpucluster-pull.timer picks up the operator's signed pointer
+within its interval (60 s plus up to 30 s), verifies its manifest and reports back to the bundle server; a
+pointer signed by another key is refused. About 2 minutes, most of it waiting for the ticks.
 """
 
 from __future__ import annotations
@@ -120,6 +124,54 @@ def test_a_hand_edit_on_one_node_runs_the_roles_there_only_and_is_restored(stage
     assert r.changed >= 1 and any("nccl" in t.lower() for t in r.changes), r.changes
     conf = c.exec(edited, "cat", "/etc/nccl.conf", check=True).stdout
     assert "hand edit" not in conf and "NCCL_IB_QPS_PER_CONNECTION=1" in conf, conf
+
+
+def test_the_timer_converges_every_fleet_node_to_a_signed_pointer_and_refuses_a_forged_one(staged_cluster, tmp_path):
+    """--trigger timer: no ssh to any node. The pointer names the bundle the nodes last applied (the session's
+    spec), so each node's tick verifies its manifest and reports "unchanged" to the bundle server, where this
+    machine reads every result with one ssh per poll. A pointer signed by another key, put on the server behind
+    store-pointer's back, is refused by the node whose tick reads it, and the refusal comes back the same way."""
+    import base64
+
+    from gpucluster.configure.pull import SIGN_NAMESPACE, fleet, sign_pointer
+    from gpucluster.inventory.reader import load_inventory
+
+    c = staged_cluster
+    _need_converged(c)
+    want, push_only = fleet(load_inventory(c.inventory))
+    for host in want:
+        assert c.exec(host, "systemctl", "is-active", "gpucluster-pull.timer").stdout.strip() == "active", host
+    for host in push_only:  # the hosts that hold the secrets never converge from a bundle
+        assert c.exec(host, "systemctl", "is-active", "gpucluster-pull.timer").stdout.strip() != "active", host
+    result = _pull(c, c.inventory, "timer", trigger="timer", wait=420)
+    assert result.serial > 0 and sorted(result.hosts) == sorted(want)
+    failed = {h: r.error for h, r in result.hosts.items() if r.failed}
+    assert not failed, f"the timer did not converge {failed} (log {c.logs / 'pull-timer.log'})"
+    assert {r.bundle for r in result.hosts.values()} == {result.bundle}
+    ran = {h: r.drift for h, r in result.hosts.items() if not r.unchanged}
+    assert not ran, f"these hosts ran Ansible for the bundle they last applied: {ran}"
+
+    ctl = c.hosts("slurm_controller")[0]
+    published = "/srv/gpucluster-bundles/current.signed"
+    c.exec(ctl, "cp", "-p", published, f"{published}.good", check=True)
+    other = tmp_path / "other.key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    forged = sign_pointer(other, {"version": 1, "bundle": result.bundle, "serial": result.serial + 1,
+                                  "full": True}, tmp_path / "sign")
+    assert SIGN_NAMESPACE in forged.decode()
+    victim = want[0]
+    try:
+        c.exec(ctl, "sh", "-c", f"echo {base64.b64encode(forged).decode()} | base64 -d > {published}", check=True)
+        tick = c.exec(victim, "systemctl", "start", "gpucluster-pull.service", timeout=300)
+        assert tick.returncode != 0, "the node's tick accepted a pointer signed by another key"
+        lines = c.exec(ctl, "gpucluster-pull", "results", "--serial", str(result.serial + 1), check=True).stdout
+        import json
+
+        got = {d["host"]: d for d in map(json.loads, lines.splitlines())}
+        assert "does not verify" in got[victim]["error"] and got[victim]["failed"] == 1, got
+    finally:
+        c.exec(ctl, "mv", f"{published}.good", published, check=True)
+    c.exec(victim, "systemctl", "start", "gpucluster-pull.service", check=True, timeout=300)  # idle again
 
 
 @pytest.mark.disruptive  # the NCCL settings differ for a while, then the session's spec is pulled again

@@ -15,6 +15,7 @@ from gpucluster.cli import print_json, report_flags
 EXAMPLES = """examples:
   gpucluster configure inventories/prod --secrets ~/.config/gpucluster/secrets/prod.json --check --diff
   gpucluster configure inventories/prod --secrets secrets.json --pull --concurrency 128
+  gpucluster configure inventories/prod --secrets secrets.json --pull --trigger timer --wait 900
 """
 
 
@@ -28,6 +29,10 @@ def cmd_configure(args: argparse.Namespace) -> int:
 
         raise UsageError("configure --full: only a pull skips the roles on a verified node, so --full goes with "
                          "--pull (a push always runs every role)")
+    if getattr(args, "trigger", "ssh") != "ssh" or getattr(args, "wait", 1800.0) != 1800.0:
+        from gpucluster.errors import UsageError
+
+        raise UsageError("configure --trigger and --wait go with --pull: a push reaches every host over ssh itself")
 
     def log(text: str) -> None:
         print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
@@ -78,12 +83,14 @@ def _cmd_pull(args: argparse.Namespace) -> int:
         values, _raw = checked_secrets(args.secrets)
     result = pull(args.inventory, limit=args.limit, tags=args.tags, check=args.check, diff=args.diff,
                   full=args.full, secrets=values, state_dir=args.state_dir, project=args.project_dir,
-                  concurrency=args.concurrency, log=log)
+                  concurrency=args.concurrency, trigger=getattr(args, "trigger", "ssh"),
+                  wait=getattr(args, "wait", 1800.0), log=log)
     print(pull_summary(result), file=out, flush=True)
     if args.json:
         from dataclasses import asdict
 
-        print_json({"ok": ok and result.ok, "bundle": result.bundle, "push_hosts": result.push_hosts,
+        print_json({"ok": ok and result.ok, "bundle": result.bundle, "serial": result.serial,
+                    "push_hosts": result.push_hosts,
                     "seconds": round(result.elapsed, 3), "hosts": {h: asdict(r) for h, r in result.hosts.items()}})
     return 0 if ok and result.ok else 1
 
@@ -155,6 +162,12 @@ def register(sub) -> None:
                    "manifest of this bundle verifies (a node skips Ansible when the bundle is the one it last applied "
                    "and every file and service it manages is as that run left it; run --full now and then for what "
                    "the manifest does not cover: packages, command tasks)")
+    p.add_argument("--trigger", choices=("ssh", "timer"), default="ssh", help="with pull: how nodes learn of the "
+                   "bundle. ssh (default): one ssh per node runs gpucluster-pull now. timer: sign and publish a "
+                   "pointer to it; each node's gpucluster-pull.timer converges within its interval and reports "
+                   "back to the Slurm controller, and this machine reads the results with one ssh per poll")
+    p.add_argument("--wait", type=float, default=1800.0, metavar="SECONDS", help="with --trigger timer: how long to "
+                   "wait for every node's result (default 1800; 0 publishes and returns)")
     p.set_defaults(func=cmd_configure)
 
     q = sub.add_parser("secrets", help="write the cluster's secrets (munge key, slurmdbd password) to a 0600 "

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from gpucluster.errors import UsageError
 from gpucluster.inventory.reader import Inventory, inventory_file, load_inventory
@@ -36,6 +37,12 @@ PULL_ABOVE = 64
 CONCURRENCY = 64
 PORT = 8079
 SSH_OPTIONS = ("ConnectTimeout=15", "ServerAliveInterval=15")
+# The timer trigger: the cluster's bundle-signing key (generated once by the pull_runner role, in the private
+# secrets folder) signs {bundle, serial}; nodes verify it against the public half push installed.
+SIGNING_KEY = "bundle-signing.key"
+SIGN_NAMESPACE = "gpucluster-bundle"
+TRIGGERS = ("ssh", "timer")
+POLL_S = 5.0
 
 
 @dataclass
@@ -75,9 +82,12 @@ class PullResult:
     elapsed: float
     push_hosts: list[str]
     cpu_seconds: float = 0.0  # this process and its children (ssh), measured around the run
+    serial: int = 0  # the signed pointer's serial (--trigger timer); 0 for the ssh fan-out
 
     @property
     def ok(self) -> bool:
+        if self.serial and not self.hosts:  # published for the timers, not waited for
+            return True
         return bool(self.hosts) and not any(r.failed for r in self.hosts.values())
 
     @property
@@ -152,20 +162,108 @@ def publish(inv: Inventory, bundle, log: Log) -> str:
     return url
 
 
+def sign_pointer(key: Path, pointer: dict, workdir: Path) -> bytes:
+    """The envelope nodes verify: {"pointer": JSON text, "signature": ssh-keygen -Y sign of that text}."""
+    text = json.dumps(pointer, sort_keys=True)
+    workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    target = workdir / "pointer.json"
+    target.write_text(text)
+    sig = workdir / "pointer.json.sig"
+    sig.unlink(missing_ok=True)
+    proc = subprocess.run(["ssh-keygen", "-q", "-Y", "sign", "-f", str(key), "-n", SIGN_NAMESPACE, str(target)],
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60, check=False)
+    if proc.returncode != 0:
+        raise UsageError(f"{key}: cannot sign the pointer ({' '.join(proc.stderr.split())[-300:]})")
+    envelope = json.dumps({"pointer": text, "signature": sig.read_text()}, sort_keys=True).encode()
+    target.unlink()
+    sig.unlink()
+    return envelope
+
+
+def publish_pointer(inv: Inventory, bundle_hash: str, hosts: list[str] | None, full: bool, secrets_dir: Path,
+                    work: Path, log: Log) -> int:
+    """Sign and publish, on every Slurm controller, the pointer the nodes' timers converge to; its serial."""
+    key = secrets_dir / SIGNING_KEY
+    if not key.is_file():
+        raise UsageError(f"{key}: no bundle-signing key for this cluster. Push the pull runner first: gpucluster "
+                         "configure INVENTORY --push --tags pull (it generates the key and installs its public "
+                         "half and the timer on every node)")
+    serial = time.time_ns() // 1000  # microseconds: newer than any pointer published before from this clock
+    pointer = {"version": 1, "bundle": bundle_hash, "serial": serial, "full": full,
+               "cluster": str(inv.vars.get("gpucluster_cluster") or ""), "published": int(time.time())}
+    if hosts is not None:
+        pointer["hosts"] = sorted(hosts)
+    envelope = sign_pointer(key, pointer, work)
+    for host in inv.group("slurm_controller"):
+        proc = subprocess.run(inv.hosts[host].ssh_argv("gpucluster-pull store-pointer", *SSH_OPTIONS),
+                              input=envelope, capture_output=True, timeout=300, check=False)
+        if proc.returncode != 0:
+            err = " ".join(proc.stderr.decode(errors="replace").split())[-400:]
+            raise UsageError(f"{host}: cannot publish the pointer ({err or f'exit {proc.returncode}'})")
+    log(f"pull: pointer to bundle {bundle_hash[:12]} signed and published (serial {serial}"
+        f"{f', {len(hosts)} hosts' if hosts is not None else ', every fleet host'}); nodes converge at their "
+        "next timer tick")
+    return serial
+
+
+def collect(inv: Inventory, serial: int, hosts: list[str], want: str, wait: float, log: Log,
+            poll: float = POLL_S) -> dict[str, HostResult]:
+    """The timers' results for `serial`, read from the bundle server with one ssh per poll (whatever the number
+    of hosts), until every host of `hosts` has answered or `wait` seconds have passed."""
+    server = inv.group("slurm_controller")[0]
+    command = shlex.join(["gpucluster-pull", "results", "--serial", str(serial)])
+    deadline = time.monotonic() + wait
+    got: dict[str, HostResult] = {}
+    while True:
+        proc = subprocess.run(inv.hosts[server].ssh_argv(command, *SSH_OPTIONS), capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=300, check=False)
+        for line in proc.stdout.splitlines():
+            try:
+                host = json.loads(line).get("host")
+            except (ValueError, AttributeError):
+                continue
+            if host in hosts and host not in got:
+                one = _parse(host, subprocess.CompletedProcess([], 0, line + "\n", ""), want)
+                got[host] = one
+                log(one.line())
+        if len(got) == len(hosts) or time.monotonic() >= deadline:
+            break
+        time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
+    for host in hosts:
+        if host not in got:
+            got[host] = HostResult(host, failed=1, bundle=want,
+                                   error=f"no result within {wait:.0f} s (its timer has not run the pointer yet; "
+                                         "gpucluster-pull.timer on the node, /var/lib/gpucluster/pull/last.log)")
+            log(got[host].line())
+    return got
+
+
 def pull(inventory: str | os.PathLike, *, limit: str | None = None, tags: str | None = None,
          check: bool = False, diff: bool = False, full: bool = False, secrets: dict[str, str] | None = None,
          state_dir: str | os.PathLike | None = None, project: str | os.PathLike | None = None,
-         concurrency: int = CONCURRENCY, log: Log = print) -> PullResult:
+         concurrency: int = CONCURRENCY, trigger: str = "ssh", wait: float = 1800.0,
+         log: Log = print) -> PullResult:
     """Converge the fleet hosts of `inventory` by pull; never raises for host failures. `secrets` are the values
     of the operator's checked secrets file (configure.secrets.checked_secrets): only to refuse a bundle that
     holds one; none of them travels. A node whose manifest of this bundle verifies skips its Ansible run
-    (gpucluster-pull); `full` makes every node run the roles anyway."""
+    (gpucluster-pull); `full` makes every node run the roles anyway.
+
+    `trigger`: "ssh" runs gpucluster-pull on each node over ssh, `concurrency` at a time (one ssh per host);
+    "timer" signs and publishes a pointer to the bundle, which each node's gpucluster-pull.timer picks up by
+    itself, and reads their results from the bundle server for up to `wait` seconds (one ssh per poll)."""
     from gpucluster.compiled import ensure_compiled
     from gpucluster.configure.bundle import build
 
     cpu0, started = _cpu(), time.monotonic()
     if concurrency < 1:
         raise UsageError(f"--concurrency {concurrency}: give at least 1")
+    if trigger not in TRIGGERS:
+        raise UsageError(f"--trigger {trigger}: give one of {', '.join(TRIGGERS)}")
+    if trigger == "timer" and (tags or check or diff):
+        raise UsageError("--trigger timer converges the whole bundle: --tags, --check and --diff go with the ssh "
+                         "fan-out (--trigger ssh)")
+    if wait < 0:
+        raise UsageError(f"--wait {wait}: give 0 (do not wait) or more seconds")
     inv = load_inventory(inventory_file(inventory))
     hosts, push_hosts = fleet(inv, limit)
     if not hosts:
@@ -174,11 +272,17 @@ def pull(inventory: str | os.PathLike, *, limit: str | None = None, tags: str | 
     spec = inv.vars.get("gpucluster_spec")
     if not spec:
         raise UsageError(f"{inv.path}: not a gpucluster inventory (no gpucluster_spec)")
-    state, _secrets_dir = state_dirs(inv.vars, state_dir)
+    state, secrets_dir = state_dirs(inv.vars, state_dir)
     compiled, _fresh = ensure_compiled(str(spec), state)
     values = {k: str(v) for k, v in (secrets or {}).items()}
     bundle = build(compiled, ansible_dir(project), inv.path, state, values)
     url = publish(inv, bundle, log)
+    if trigger == "timer":
+        serial = publish_pointer(inv, bundle.hash, hosts if limit else None, full, Path(secrets_dir),
+                                 Path(state) / "bundles" / "signing", log)
+        results = collect(inv, serial, hosts, bundle.hash, wait, log) if wait else {}
+        return PullResult(bundle=bundle.hash, hosts=results, elapsed=time.monotonic() - started,
+                          push_hosts=push_hosts, cpu_seconds=_cpu() - cpu0, serial=serial)
     remote = ["gpucluster-pull", "run", "--hash", bundle.hash, "--url", url]
     if tags:
         remote += ["--tags", tags]
@@ -219,6 +323,11 @@ def summary(result: PullResult) -> str:
     if result.push_hosts:
         lines.append(f"by push, not pulled: {', '.join(result.push_hosts)} (gpucluster configure INVENTORY --push "
                      f"--limit {':'.join(result.push_hosts)})")
+    if result.serial and not result.hosts:
+        lines.append(f"published for the nodes' timers: bundle {result.bundle}, serial {result.serial} (not waited "
+                     f"for; gpucluster configure INVENTORY --pull --trigger timer --wait SECONDS waits), "
+                     f"{result.cpu_seconds:.2f} CPU-s here")
+        return "\n".join(lines)
     verdict = "converged by pull" if result.ok else "NOT converged"
     fast = f" ({len(result.unchanged)} verified their manifest, no Ansible run)" if result.unchanged else ""
     lines.append(f"{verdict}: {len(result.hosts)} hosts{fast}, {result.changed} changes, bundle {result.bundle}, "
