@@ -14,7 +14,6 @@ from gpucluster.cli import print_json, report_flags
 
 EXAMPLES = """examples:
   gpucluster configure inventories/prod --secrets ~/.config/gpucluster/secrets/prod.json --check --diff
-  gpucluster configure inventories/prod --secrets secrets.json --pull --concurrency 128
   gpucluster configure inventories/prod --secrets secrets.json --pull --trigger timer --wait 900
 """
 
