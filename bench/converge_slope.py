@@ -118,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", action="append", default=[], metavar="LABEL:ENV=VALUE,...",
                         help="a push measured again with these Ansible environment settings")
     parser.add_argument("--variant-sizes", default="", help="sizes the variants run at (default: --sizes)")
+    parser.add_argument("--push-sizes", default="", help="sizes the push runs at (default: --sizes; a 16-node push "
+                        "takes about 20 minutes on the staged machine)")
     parser.add_argument("--json", help="also write the numbers to this file")
     args = parser.parse_args(argv)
 
@@ -158,10 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     plan: list[tuple[str, int, Callable, dict[str, str]]] = []
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     variant_sizes = [int(s) for s in args.variant_sizes.split(",") if s.strip()] or sizes
+    push_sizes = [int(s) for s in args.push_sizes.split(",") if s.strip()] or sizes
     for _ in range(max(1, args.repeat)):
         for n in sizes:
             limit = ",".join(nodes[:n])
-            if "push" in modes:
+            if "push" in modes and n in push_sizes:
                 plan.append((f"push --tags {args.push_tags}" if args.push_tags else "push", n, push_run(limit), {}))
             for label, env in _variants(args.variant):
                 if n in variant_sizes:  # PROJECT=DIR: another checkout's ansible.cfg, playbooks and roles
