@@ -132,6 +132,7 @@ def test_the_timer_converges_every_fleet_node_to_a_signed_pointer_and_refuses_a_
     machine reads every result with one ssh per poll. A pointer signed by another key, put on the server behind
     store-pointer's back, is refused by the node whose tick reads it, and the refusal comes back the same way."""
     import base64
+    import json
 
     from gpucluster.configure.pull import SIGN_NAMESPACE, fleet, sign_pointer
     from gpucluster.inventory.reader import load_inventory
@@ -162,13 +163,15 @@ def test_the_timer_converges_every_fleet_node_to_a_signed_pointer_and_refuses_a_
     victim = want[0]
     try:
         c.exec(ctl, "sh", "-c", f"echo {base64.b64encode(forged).decode()} | base64 -d > {published}", check=True)
-        tick = c.exec(victim, "systemctl", "start", "gpucluster-pull.service", timeout=300)
-        assert tick.returncode != 0, "the node's tick accepted a pointer signed by another key"
-        lines = c.exec(ctl, "gpucluster-pull", "results", "--serial", str(result.serial + 1), check=True).stdout
-        import json
-
-        got = {d["host"]: d for d in map(json.loads, lines.splitlines())}
-        assert "does not verify" in got[victim]["error"] and got[victim]["failed"] == 1, got
+        got: dict = {}
+        for _ in range(3):  # a tick its timer started just before the forgery may answer this start instead
+            c.exec(victim, "systemctl", "start", "gpucluster-pull.service", timeout=300)
+            lines = c.exec(ctl, "gpucluster-pull", "results", "--serial", str(result.serial + 1), check=True).stdout
+            got = {d["host"]: d for d in map(json.loads, lines.splitlines())}
+            if victim in got:
+                break
+        assert victim in got, f"{victim} did not report on the forged pointer"
+        assert got[victim]["failed"] == 1 and "does not verify" in got[victim]["error"], got[victim]
     finally:
         c.exec(ctl, "mv", f"{published}.good", published, check=True)
     c.exec(victim, "systemctl", "start", "gpucluster-pull.service", check=True, timeout=300)  # idle again
