@@ -95,6 +95,8 @@ FLAGS: dict[str, Flag] = {
     "--push": _f("switch", "", "Ansible on this machine reaches every host"),
     "--concurrency": _f("int", "N", "with pull: nodes converging at once"),
     "--full": _f("switch", "", "with pull: every node runs the roles, even where its manifest of the bundle verifies"),
+    "--trigger": _f("choice", "", "with pull: how nodes learn of the bundle: ssh (now, one ssh per node) or timer"),
+    "--wait": _f("float", "SECONDS", "with --trigger timer: how long to wait for every node's result"),
     "--batch": _f("int", "N", "reconfigure the Slurm daemons N hosts at a time"),
     "--playbook": _f("text", "PLAYBOOK", "the playbook under playbooks/ to run"),
     "--project-dir": _f("text", "DIR", "the folder with ansible.cfg, playbooks/ and roles/"),
