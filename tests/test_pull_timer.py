@@ -111,6 +111,7 @@ def test_a_tick_runs_a_new_pointer_once_and_refuses_forged_and_replayed_ones(nod
     (published / node.POINTER).write_bytes(_envelope(other, work, 20))
     forged = _tick(node, url, signers)
     assert forged["failed"] == 1 and "does not verify" in forged["error"] and log.stat().st_mtime_ns == ran_at
+    assert forged["serial"] == 20, "the refusal is filed under the serial it claims, where the operator looks"
 
     (published / node.POINTER).write_bytes(_envelope(good, work, 30, hosts=["node7"]))
     assert _tick(node, url, signers) is None, "a pointer for other hosts"

@@ -14,8 +14,8 @@ Ansible anywhere (the bundle's build and publication, one ssh per host) and one 
 1.5 minutes more in CI (an estimate from the figures above, not measured there).
 
 The timer (--trigger timer): every fleet node's gpucluster-pull.timer picks up the operator's signed pointer
-within its interval (60 s plus up to 30 s), verifies its manifest and reports back to the bundle server; a
-pointer signed by another key is refused. About 2 minutes, most of it waiting for the ticks.
+within its interval (60 s plus up to 30 s), verifies its manifest and reports back to the bundle server.
+About 1.5 minutes (73.5 s measured), most of it waiting for the ticks.
 """
 
 from __future__ import annotations
@@ -126,15 +126,12 @@ def test_a_hand_edit_on_one_node_runs_the_roles_there_only_and_is_restored(stage
     assert "hand edit" not in conf and "NCCL_IB_QPS_PER_CONNECTION=1" in conf, conf
 
 
-def test_the_timer_converges_every_fleet_node_to_a_signed_pointer_and_refuses_a_forged_one(staged_cluster, tmp_path):
+def test_the_timer_converges_every_fleet_node_to_a_signed_pointer(staged_cluster):
     """--trigger timer: no ssh to any node. The pointer names the bundle the nodes last applied (the session's
     spec), so each node's tick verifies its manifest and reports "unchanged" to the bundle server, where this
-    machine reads every result with one ssh per poll. A pointer signed by another key, put on the server behind
-    store-pointer's back, is refused by the node whose tick reads it, and the refusal comes back the same way."""
-    import base64
-    import json
-
-    from gpucluster.configure.pull import fleet, sign_pointer
+    machine reads every result with one ssh per poll. (A forged, altered or replayed pointer:
+    tests/test_pull_timer.py.)"""
+    from gpucluster.configure.pull import fleet
     from gpucluster.inventory.reader import load_inventory
 
     c = staged_cluster
@@ -151,29 +148,6 @@ def test_the_timer_converges_every_fleet_node_to_a_signed_pointer_and_refuses_a_
     assert {r.bundle for r in result.hosts.values()} == {result.bundle}
     ran = {h: r.drift for h, r in result.hosts.items() if not r.unchanged}
     assert not ran, f"these hosts ran Ansible for the bundle they last applied: {ran}"
-
-    ctl = c.hosts("slurm_controller")[0]
-    published = "/srv/gpucluster-bundles/current.signed"
-    other = tmp_path / "other.key"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
-    forged = sign_pointer(other, {"version": 1, "bundle": result.bundle, "serial": result.serial + 1,
-                                  "full": True}, tmp_path / "sign")  # a valid signature, by the wrong key
-    victim = want[0]
-    c.exec(ctl, "cp", "-p", published, f"{published}.good", check=True)
-    try:
-        c.exec(ctl, "sh", "-c", f"echo {base64.b64encode(forged).decode()} | base64 -d > {published}", check=True)
-        got: dict = {}
-        for _ in range(3):  # a tick its timer started just before the forgery may answer this start instead
-            c.exec(victim, "systemctl", "start", "gpucluster-pull.service", timeout=300)
-            lines = c.exec(ctl, "gpucluster-pull", "results", "--serial", str(result.serial + 1), check=True).stdout
-            got = {d["host"]: d for d in map(json.loads, lines.splitlines())}
-            if victim in got:
-                break
-        assert victim in got, f"{victim} did not report on the forged pointer"
-        assert got[victim]["failed"] == 1 and "does not verify" in got[victim]["error"], got[victim]
-    finally:
-        c.exec(ctl, "mv", f"{published}.good", published, check=True)
-    c.exec(victim, "systemctl", "start", "gpucluster-pull.service", check=True, timeout=300)  # idle again
 
 
 @pytest.mark.disruptive  # the NCCL settings differ for a while, then the session's spec is pulled again
