@@ -144,19 +144,23 @@ def _parse(host: str, proc: subprocess.CompletedProcess, want: str) -> HostResul
     return got
 
 
+def _store(inv: Inventory, command: str, data: bytes, what: str) -> None:
+    """Send `data` to `command` on every Slurm controller (each checks it before publishing)."""
+    for host in inv.group("slurm_controller"):
+        proc = subprocess.run(inv.hosts[host].ssh_argv(command, *SSH_OPTIONS), input=data, capture_output=True,
+                              timeout=300, check=False)
+        if proc.returncode != 0:
+            err = " ".join(proc.stderr.decode(errors="replace").split())[-400:]
+            raise UsageError(f"{host}: cannot publish {what} ({err or f'exit {proc.returncode}'}); is the runner "
+                             "installed? gpucluster configure INVENTORY --push --tags pull")
+
+
 def publish(inv: Inventory, bundle, log: Log) -> str:
     """Store the bundle on every Slurm controller (checked there too); the URL nodes fetch it from."""
     servers = inv.group("slurm_controller")
     if not servers:
         raise UsageError(f"{inv.path}: no slurm_controller host to serve the bundle from (docs/inventory.md)")
-    data = bundle.path.read_bytes()
-    for host in servers:
-        proc = subprocess.run(inv.hosts[host].ssh_argv(f"gpucluster-pull store {bundle.hash}", *SSH_OPTIONS),
-                              input=data, capture_output=True, timeout=300, check=False)
-        if proc.returncode != 0:
-            err = " ".join(proc.stderr.decode(errors="replace").split())[-400:]
-            raise UsageError(f"{host}: cannot publish the bundle ({err or f'exit {proc.returncode}'}); is the runner "
-                             "installed? gpucluster configure INVENTORY --push --tags pull")
+    _store(inv, f"gpucluster-pull store {bundle.hash}", bundle.path.read_bytes(), "the bundle")
     url = str(inv.vars.get("gpucluster_bundle_url") or f"http://{servers[0]}:{PORT}")
     log(f"pull: bundle {bundle.hash[:12]} ({bundle.files} files, {bundle.size // 1024} KiB) published on "
         f"{', '.join(servers)}; nodes fetch it from {url}")
@@ -195,12 +199,7 @@ def publish_pointer(inv: Inventory, bundle_hash: str, hosts: list[str] | None, f
     if hosts is not None:
         pointer["hosts"] = sorted(hosts)
     envelope = sign_pointer(key, pointer, work)
-    for host in inv.group("slurm_controller"):
-        proc = subprocess.run(inv.hosts[host].ssh_argv("gpucluster-pull store-pointer", *SSH_OPTIONS),
-                              input=envelope, capture_output=True, timeout=300, check=False)
-        if proc.returncode != 0:
-            err = " ".join(proc.stderr.decode(errors="replace").split())[-400:]
-            raise UsageError(f"{host}: cannot publish the pointer ({err or f'exit {proc.returncode}'})")
+    _store(inv, "gpucluster-pull store-pointer", envelope, "the pointer")
     log(f"pull: pointer to bundle {bundle_hash[:12]} signed and published (serial {serial}"
         f"{f', {len(hosts)} hosts' if hosts is not None else ', every fleet host'}); nodes converge at their "
         "next timer tick")
@@ -216,6 +215,7 @@ def collect(inv: Inventory, serial: int, hosts: list[str], want: str, wait: floa
     command = shlex.join(["gpucluster-pull", "results", "--serial", str(serial)])
     deadline = time.monotonic() + wait
     got: dict[str, HostResult] = {}
+    wanted = set(hosts)  # a fleet's results are read every poll: one set lookup per line, not a list scan
     while True:
         proc = subprocess.run(inv.hosts[server].ssh_argv(command, *SSH_OPTIONS), capture_output=True, text=True,
                               stdin=subprocess.DEVNULL, timeout=300, check=False)
@@ -224,7 +224,7 @@ def collect(inv: Inventory, serial: int, hosts: list[str], want: str, wait: floa
                 host = json.loads(line).get("host")
             except (ValueError, AttributeError):
                 continue
-            if host in hosts and host not in got:
+            if host in wanted and host not in got:
                 one = _parse(host, subprocess.CompletedProcess([], 0, line + "\n", ""), want)
                 got[host] = one
                 log(one.line())
