@@ -106,6 +106,7 @@ def test_generated_secrets_are_private_and_well_formed(tmp_path, capsys):
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     values = read_secrets_file(out)
     assert len(base64.b64decode(values["munge_key_b64"])) == 1024 and len(values["slurm_dbd_password"]) == 32
+    assert base64.b64decode(values["pull_runner_signing_key_b64"]).startswith(b"-----BEGIN OPENSSH PRIVATE KEY-----")
     capsys.readouterr()
     assert main(["secrets", "--generate", "-o", str(out)]) == 2  # a new key would lock every node out
     assert "pass --force" in capsys.readouterr().err
@@ -124,6 +125,8 @@ def test_secrets_are_never_generated_into_a_checkout(capsys):
     ({"munge_key_b64": "a2V5"}, 0o600, "munge_key_b64 decodes to 3 bytes"),
     ({"munge_key_b64": "not base64!"}, 0o600, "not base64"),
     ({"slurm_dbd_password": "x y"}, 0o600, "slurm_dbd_password must be"),
+    ({"pull_runner_signing_key_b64": "a2V5"}, 0o600, "pull_runner_signing_key_b64 is not an OpenSSH private key"),
+    ({"pull_runner_signing_key_b64": "not base64!"}, 0o600, "pull_runner_signing_key_b64 is not an OpenSSH"),
     ({"ansible_ssh_pass": "x"}, 0o600, "unknown key"),
     (None, 0o640, "can be read by other users"),
 ])

@@ -198,3 +198,38 @@ def test_the_timer_trigger_converges_the_whole_bundle_and_needs_the_clusters_key
     inv = argparse.Namespace(vars={}, group=lambda name: ["ctl01"])
     with pytest.raises(UsageError, match="--push --tags pull"):
         publish_pointer(inv, H1, None, False, tmp_path, tmp_path / "w", print)
+
+
+def test_the_operators_key_signs_from_a_private_copy_that_is_removed(node, tmp_path, monkeypatch):  # noqa: F811
+    """--secrets FILE with pull_runner_signing_key_b64: the pointer is signed with that key (what push installed
+    from the same file), from a 0600 copy in a 0700 folder, gone once signed; no key in the secrets folder."""
+    import base64
+    import stat
+
+    from gpucluster.configure import pull as pull_mod
+    from gpucluster.configure.secrets import generate
+
+    key_b64 = generate()["pull_runner_signing_key_b64"]
+    folder = tmp_path / "keys"
+    folder.mkdir(mode=0o700)
+    key = folder / "operator.key"
+    key.write_bytes(base64.b64decode(key_b64))
+    key.chmod(0o600)
+    public = subprocess.run(["ssh-keygen", "-y", "-f", str(key)], capture_output=True, text=True, check=True).stdout
+    signers = folder / "allowed_signers"
+    signers.write_text(f'gpucluster-bundle namespaces="gpucluster-bundle" {public}')
+    sent, modes = [], []
+
+    def store(inv, command, data, what):
+        work = tmp_path / "w"
+        modes.append(stat.S_IMODE(work.stat().st_mode))
+        sent.append((command, data, sorted(p.name for p in work.iterdir())))
+
+    monkeypatch.setattr(pull_mod, "_store", store)
+    inv = argparse.Namespace(vars={"gpucluster_cluster": "c1"}, group=lambda name: ["ctl01"])
+    serial = pull_mod.publish_pointer(inv, H1, ["gpu01"], False, tmp_path / "no-secrets-folder", tmp_path / "w",
+                                      print, key_b64)
+    (command, envelope, left), = sent
+    assert command == "gpucluster-pull store-pointer" and modes == [0o700] and left == []
+    pointer = node.verify_pointer(envelope, str(signers))
+    assert pointer["serial"] == serial and pointer["bundle"] == H1 and pointer["hosts"] == ["gpu01"]

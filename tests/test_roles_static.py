@@ -355,6 +355,39 @@ def test_secret_is_generated_once_private_and_never_returned(tmp_path):
     assert re.fullmatch(r"[A-Za-z0-9]{32}", Path(pw).read_text())
 
 
+def test_the_signing_key_is_an_ed25519_key_generated_once_or_the_provided_one(tmp_path):
+    """kind ssh-ed25519 (roles/pull_runner): an OpenSSH private key ssh-keygen reads; a provided one replaces it;
+    anything else, provided or found, is refused (a key the timer cannot sign with would lock the fleet out)."""
+    path = str(tmp_path / "secrets" / "bundle-signing.key")
+    assert m_secret.ensure(path, "ssh-ed25519", 1024, 32, None) == (True, "generated")
+    first = Path(path).read_bytes()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600 and not Path(f"{path}.pub").exists()
+    public = m_secret.ssh_public_key(first, path)
+    if shutil.which("ssh-keygen"):  # a missing tool: that half not run
+        assert subprocess.run(["ssh-keygen", "-y", "-f", path], capture_output=True, text=True,
+                              check=True).stdout.split()[:2] == public.split()[:2]
+    assert public.startswith("ssh-ed25519 ")
+    assert m_secret.ensure(path, "ssh-ed25519", 1024, 32, None) == (False, "existing")
+    assert Path(path).read_bytes() == first
+    from gpucluster.configure.secrets import generate
+
+    given = generate()["pull_runner_signing_key_b64"]
+    assert m_secret.ensure(path, "ssh-ed25519", 1024, 32, given) == (True, "provided")
+    assert Path(path).read_bytes() == base64.b64decode(given) != first
+    with pytest.raises(ValueError, match="not an unencrypted OpenSSH private key"):
+        m_secret.ensure(path, "ssh-ed25519", 1024, 32, base64.b64encode(b"k" * 64).decode())
+    from cryptography.hazmat.primitives import serialization as ser
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    ecdsa = ec.generate_private_key(ec.SECP256R1()).private_bytes(ser.Encoding.PEM, ser.PrivateFormat.OpenSSH,
+                                                                  ser.NoEncryption())
+    with pytest.raises(ValueError, match="but not ed25519"):
+        m_secret.ensure(path, "ssh-ed25519", 1024, 32, base64.b64encode(ecdsa).decode())
+    Path(path).write_bytes(b"k" * 64)
+    with pytest.raises(ValueError, match="not an unencrypted OpenSSH private key"):
+        m_secret.ensure(path, "ssh-ed25519", 1024, 32, None)
+
+
 def test_compile_writes_what_the_cli_renders_and_only_when_something_changed(tmp_path):
     """The controller's compile (playbooks/compile.yml) writes `gpucluster render --no-cabling`'s files and
     the facts the roles read; a second compile of the same spec parses nothing and changes nothing."""

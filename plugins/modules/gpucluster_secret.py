@@ -16,9 +16,11 @@ options:
   path: {type: path, required: true, description: Secret file (its folder is created 0700).}
   kind:
     type: str
-    choices: [bytes, password]
+    choices: [bytes, password, ssh-ed25519]
     default: bytes
-    description: C(bytes) for binary keys (munge), C(password) for URL-safe text passwords.
+    description:
+      - C(bytes) for binary keys (munge), C(password) for URL-safe text passwords, C(ssh-ed25519) for an
+        unencrypted OpenSSH ed25519 private key (the bundle-signing key; I(size) does not apply).
   size: {type: int, default: 1024, description: Bytes (kind=bytes) or characters (kind=password) to generate.}
   min_size: {type: int, default: 32, description: Shortest acceptable provided or existing secret (bytes).}
   value_b64:
@@ -29,6 +31,10 @@ options:
 RETURN = r"""
 path: {type: str, returned: always, description: The secret file.}
 source: {type: str, returned: always, description: "generated, provided or existing (the value is never returned)."}
+public_key:
+  type: str
+  returned: kind is ssh-ed25519
+  description: "The key's public half, one OpenSSH line (not secret)."
 """
 
 import base64
@@ -45,9 +51,31 @@ _ALPHABET = string.ascii_letters + string.digits
 
 
 def generate(kind: str, size: int) -> bytes:
+    if kind == "ssh-ed25519":
+        from cryptography.hazmat.primitives import serialization as ser
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        return Ed25519PrivateKey.generate().private_bytes(ser.Encoding.PEM, ser.PrivateFormat.OpenSSH,
+                                                          ser.NoEncryption())
     if kind == "password":
         return "".join(secrets.choice(_ALPHABET) for _ in range(size)).encode("ascii")
     return secrets.token_bytes(size)
+
+
+def ssh_public_key(data: bytes, what: str) -> str:
+    """The public half of an unencrypted OpenSSH ed25519 private key; ValueError naming `what` otherwise."""
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import serialization as ser
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    try:
+        key = ser.load_ssh_private_key(data, password=None)
+    except (ValueError, TypeError, UnsupportedAlgorithm):
+        raise ValueError(f"{what} is not an unencrypted OpenSSH private key (ssh-keygen -t ed25519 -N '' writes "
+                         "one)") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ValueError(f"{what} is an OpenSSH key but not ed25519 (ssh-keygen -t ed25519 -N '' writes one)")
+    return key.public_key().public_bytes(ser.Encoding.OpenSSH, ser.PublicFormat.OpenSSH).decode()
 
 
 def write_secret(path: str, data: bytes) -> None:
@@ -92,7 +120,9 @@ def ensure(path: str, kind: str, size: int, min_size: int, value_b64: str | None
             wanted = base64.b64decode(value_b64, validate=True)
         except (binascii.Error, ValueError):
             raise ValueError("the provided secret is not valid base64; pass the output of `base64 -w0 FILE`") from None
-        if len(wanted) < min_size:
+        if kind == "ssh-ed25519":
+            ssh_public_key(wanted, "the provided secret")
+        elif len(wanted) < min_size:
             raise ValueError(f"the provided secret has {len(wanted)} bytes; at least {min_size} are needed")
     current = None
     if os.path.lexists(path):
@@ -115,7 +145,9 @@ def ensure(path: str, kind: str, size: int, min_size: int, value_b64: str | None
             write_secret(path, generate(kind, size))
         source = "generated"
     else:
-        if len(current) < min_size:
+        if kind == "ssh-ed25519":
+            ssh_public_key(current, path)
+        elif len(current) < min_size:
             raise ValueError(f"{path} holds only {len(current)} bytes (at least {min_size} are needed); "
                              "remove it to generate a new one, or provide a value")
         source = "existing"
@@ -129,7 +161,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "path": {"type": "path", "required": True},
-            "kind": {"type": "str", "choices": ["bytes", "password"], "default": "bytes"},
+            "kind": {"type": "str", "choices": ["bytes", "password", "ssh-ed25519"], "default": "bytes"},
             "size": {"type": "int", "default": 1024},
             "min_size": {"type": "int", "default": 32},
             "value_b64": {"type": "str", "no_log": True},
@@ -139,9 +171,13 @@ def main() -> None:
     p = module.params
     try:
         changed, source = ensure(p["path"], p["kind"], p["size"], p["min_size"], p["value_b64"], module.check_mode)
+        extra = {}
+        if p["kind"] == "ssh-ed25519" and os.path.exists(p["path"]):  # absent only in check mode, before generating
+            with open(p["path"], "rb") as fh:
+                extra["public_key"] = ssh_public_key(fh.read(), p["path"])
     except (ValueError, OSError) as exc:
         module.fail_json(msg=str(exc), path=p["path"])
-    module.exit_json(changed=changed, path=p["path"], source=source)
+    module.exit_json(changed=changed, path=p["path"], source=source, **extra)
 
 
 if __name__ == "__main__":

@@ -223,7 +223,8 @@ def test_secrets_are_private_files_outside_git(staged_cluster):
     _need_converged(staged_cluster)
     secrets = staged_cluster.state_dir / "secrets"
     names = set(_secret_files(staged_cluster))
-    assert {"munge.key", "slurmdbd.password", "slurmdbd.conf"} <= names, f"secrets folder holds {sorted(names)}"
+    assert {"munge.key", "slurmdbd.password", "slurmdbd.conf", "bundle-signing.key"} <= names, \
+        f"secrets folder holds {sorted(names)}"
     for p in secrets.iterdir():
         assert p.stat().st_mode & 0o777 == 0o600, f"{p} has mode {oct(p.stat().st_mode & 0o777)}, not 0600"
     assert secrets.stat().st_mode & 0o777 == 0o700
@@ -249,11 +250,13 @@ def test_slurmdbd_conf_is_private(staged_cluster):
 
 
 def test_secrets_never_reach_logs_or_artifacts(staged_cluster):
-    """Neither the DB password nor the munge key (raw or base64) appears in any configure log or event."""
+    """Neither the DB password, the munge key (raw or base64) nor the bundle-signing key (a line of its private
+    part, or the file as base64) appears in any configure log or event."""
     _need_converged(staged_cluster)
     files = _secret_files(staged_cluster)
-    key = files["munge.key"]
-    needles = [files["slurmdbd.password"].strip(), key, base64.b64encode(key), base64.b64encode(key[:48])]
+    key, signing = files["munge.key"], files["bundle-signing.key"]
+    needles = [files["slurmdbd.password"].strip(), key, base64.b64encode(key), base64.b64encode(key[:48]),
+               signing.splitlines()[3], base64.b64encode(signing)[:64]]
     haystacks = list(staged_cluster.logs.glob("*.log")) + [
         p for p in (staged_cluster.state_dir / "runner").rglob("*") if p.is_file()]
     assert haystacks

@@ -130,8 +130,9 @@ def register(sub) -> None:
                                    "secrets reach it as a private copy. A second run reports no change.",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("inventory", help="inventory folder (e.g. inventories/prod) or its hosts.yml")
-    p.add_argument("--secrets", metavar="FILE", help="extra-vars file with munge_key_b64 and slurm_dbd_password "
-                   "(`gpucluster secrets`); without it the cluster's secrets are generated once on this machine")
+    p.add_argument("--secrets", metavar="FILE", help="extra-vars file with munge_key_b64, slurm_dbd_password and "
+                   "pull_runner_signing_key_b64 (`gpucluster secrets`); without it the cluster's secrets are "
+                   "generated once on this machine")
     p.add_argument("--check", action="store_true", help="dry run: report what would change, change nothing")
     p.add_argument("--diff", action="store_true", help="show the changes to files (with --check: the changes "
                    "that would be made)")

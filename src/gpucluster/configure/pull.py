@@ -9,6 +9,7 @@ host per task on the controller (docs/roles.md, "Converging a fleet", has the me
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import resource
@@ -23,7 +24,8 @@ from pathlib import Path
 from gpucluster.errors import UsageError
 from gpucluster.inventory.reader import Inventory, inventory_file, load_inventory
 from gpucluster.inventory.statedir import state_dirs
-from gpucluster.paths import ansible_dir
+from gpucluster.outputs import write_file
+from gpucluster.paths import ansible_dir, private_dir
 
 Log = Callable[[str], None]
 
@@ -170,7 +172,7 @@ def publish(inv: Inventory, bundle, log: Log) -> str:
 def sign_pointer(key: Path, pointer: dict, workdir: Path) -> bytes:
     """The envelope nodes verify: {"pointer": JSON text, "signature": ssh-keygen -Y sign of that text}."""
     text = json.dumps(pointer, sort_keys=True)
-    workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(workdir, what="signing folder")
     target = workdir / "pointer.json"
     target.write_text(text)
     sig = workdir / "pointer.json.sig"
@@ -186,19 +188,28 @@ def sign_pointer(key: Path, pointer: dict, workdir: Path) -> bytes:
 
 
 def publish_pointer(inv: Inventory, bundle_hash: str, hosts: list[str] | None, full: bool, secrets_dir: Path,
-                    work: Path, log: Log) -> int:
-    """Sign and publish, on every Slurm controller, the pointer the nodes' timers converge to; its serial."""
+                    work: Path, log: Log, provided_key_b64: str = "") -> int:
+    """Sign and publish, on every Slurm controller, the pointer the nodes' timers converge to; its serial. The key
+    is the operator's (pull_runner_signing_key_b64 of the secrets file, signed from a private copy) or the one
+    push generated in the secrets folder."""
     key = secrets_dir / SIGNING_KEY
-    if not key.is_file():
+    if provided_key_b64:
+        key = private_dir(work, what="signing folder") / "operator-signing.key"
+        write_file(key, base64.b64decode(provided_key_b64), mode=0o600)
+    elif not key.is_file():
         raise UsageError(f"{key}: no bundle-signing key for this cluster. Push the pull runner first: gpucluster "
                          "configure INVENTORY --push --tags pull (it generates the key and installs its public "
-                         "half and the timer on every node)")
+                         "half and the timer on every node), or give --secrets FILE with pull_runner_signing_key_b64")
     serial = time.time_ns() // 1000  # microseconds: newer than any pointer published before from this clock
     pointer = {"version": 1, "bundle": bundle_hash, "serial": serial, "full": full,
                "cluster": str(inv.vars.get("gpucluster_cluster") or ""), "published": int(time.time())}
     if hosts is not None:
         pointer["hosts"] = sorted(hosts)
-    envelope = sign_pointer(key, pointer, work)
+    try:
+        envelope = sign_pointer(key, pointer, work)
+    finally:
+        if provided_key_b64:
+            key.unlink(missing_ok=True)
     _store(inv, "gpucluster-pull store-pointer", envelope, "the pointer")
     log(f"pull: pointer to bundle {bundle_hash[:12]} signed and published (serial {serial}"
         f"{f', {len(hosts)} hosts' if hosts is not None else ', every fleet host'}); nodes converge at their "
@@ -282,7 +293,8 @@ def pull(inventory: str | os.PathLike, *, limit: str | None = None, tags: str | 
     url = publish(inv, bundle, log)
     if trigger == "timer":
         serial = publish_pointer(inv, bundle.hash, hosts if limit else None, full, Path(secrets_dir),
-                                 Path(state) / "bundles" / "signing", log)
+                                 Path(state) / "bundles" / "signing", log,
+                                 values.get("pull_runner_signing_key_b64", ""))
         results = collect(inv, serial, hosts, bundle.hash, wait, log) if wait else {}
         return PullResult(bundle=bundle.hash, hosts=results, elapsed=time.monotonic() - started,
                           push_hosts=push_hosts, cpu_seconds=_cpu() - cpu0, serial=serial)

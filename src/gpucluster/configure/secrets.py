@@ -1,7 +1,8 @@
 """The cluster's secrets as an Ansible extra-vars file: written once (generated here, or from a Pulumi
 stack's outputs), read by `gpucluster configure --secrets FILE`.
 
-The file holds `munge_key_b64` (the munge key, base64) and `slurm_dbd_password`. It is written 0600
+The file holds `munge_key_b64` (the munge key, base64), `slurm_dbd_password` and `pull_runner_signing_key_b64`
+(the key that signs the pull timer's pointer: an OpenSSH ed25519 private key file, base64). It is written 0600
 from its first byte, never inside a checkout or Pulumi project (that is how secrets end up in git),
 and read only when no other user can read it. Values never reach a log: errors name the key, never
 its value.
@@ -24,17 +25,30 @@ import yaml
 from gpucluster.errors import UsageError
 from gpucluster.outputs import write_file
 
-SECRET_VARS = ("munge_key_b64", "slurm_dbd_password")
+SECRET_VARS = ("munge_key_b64", "slurm_dbd_password", "pull_runner_signing_key_b64")
 MUNGE_KEY_BYTES = 1024  # what `mungekey` makes; munged needs at least 32
 MUNGE_KEY_MIN = 32
 PASSWORD_RE = re.compile(r"^[A-Za-z0-9._~+=-]{16,128}$")  # lands in slurmdbd.conf and a MariaDB GRANT
+SSH_KEY_BEGIN, SSH_KEY_END = b"-----BEGIN OPENSSH PRIVATE KEY-----", b"-----END OPENSSH PRIVATE KEY-----"
+
+
+def _signing_key() -> bytes:
+    """A new unencrypted OpenSSH ed25519 private key file (cryptography comes with Ansible)."""
+    try:
+        from cryptography.hazmat.primitives import serialization as ser
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    except ImportError:
+        raise UsageError("generating the bundle-signing key needs the Python package cryptography, which comes "
+                         "with Ansible: pip install 'gpucluster[ops]'") from None
+    return Ed25519PrivateKey.generate().private_bytes(ser.Encoding.PEM, ser.PrivateFormat.OpenSSH, ser.NoEncryption())
 
 
 def generate() -> dict[str, str]:
-    """A new munge key (1024 random bytes) and a slurmdbd password (32 letters and digits)."""
+    """A new munge key (1024 random bytes), a slurmdbd password (32 letters and digits) and a bundle-signing key."""
     alphabet = string.ascii_letters + string.digits
     return {"munge_key_b64": base64.b64encode(secrets.token_bytes(MUNGE_KEY_BYTES)).decode(),
-            "slurm_dbd_password": "".join(secrets.choice(alphabet) for _ in range(32))}
+            "slurm_dbd_password": "".join(secrets.choice(alphabet) for _ in range(32)),
+            "pull_runner_signing_key_b64": base64.b64encode(_signing_key()).decode()}
 
 
 def _inside_checkout(path: Path) -> Path | None:
@@ -132,6 +146,14 @@ def checked_secrets(path: str | os.PathLike) -> tuple[dict[str, str], bytes]:
             raise UsageError(f"{p}: munge_key_b64 is not base64; write the output of `base64 -w0 munge.key`") from None
         if len(key) < MUNGE_KEY_MIN:
             raise UsageError(f"{p}: munge_key_b64 decodes to {len(key)} bytes; munged needs at least {MUNGE_KEY_MIN}")
+    if "pull_runner_signing_key_b64" in data:
+        try:
+            key = base64.b64decode(str(data["pull_runner_signing_key_b64"]), validate=True).strip()
+        except (binascii.Error, ValueError):
+            key = b""
+        if not (key.startswith(SSH_KEY_BEGIN) and key.endswith(SSH_KEY_END)):
+            raise UsageError(f"{p}: pull_runner_signing_key_b64 is not an OpenSSH private key file as base64; write "
+                             "the output of `ssh-keygen -q -t ed25519 -N '' -f KEY && base64 -w0 KEY`")
     if "slurm_dbd_password" in data and not PASSWORD_RE.match(str(data["slurm_dbd_password"])):
         raise UsageError(f"{p}: slurm_dbd_password must be 16-128 characters of letters, digits and ._~+=-")
     return {k: str(v) for k, v in data.items()}, raw
