@@ -121,12 +121,26 @@ def test_secrets_are_never_generated_into_a_checkout(capsys):
     assert not inside.exists() and "never written into a checkout" in capsys.readouterr().err
 
 
+def _ecdsa_key_b64() -> str:
+    from cryptography.hazmat.primitives import serialization as ser
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    return base64.b64encode(ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        ser.Encoding.PEM, ser.PrivateFormat.OpenSSH, ser.NoEncryption())).decode()
+
+
+ARMOR_ONLY = base64.b64encode(b"-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n"
+                              b"-----END OPENSSH PRIVATE KEY-----\n").decode()  # the lines, no key
+
+
 @pytest.mark.parametrize("content, mode, message", [
     ({"munge_key_b64": "a2V5"}, 0o600, "munge_key_b64 decodes to 3 bytes"),
     ({"munge_key_b64": "not base64!"}, 0o600, "not base64"),
     ({"slurm_dbd_password": "x y"}, 0o600, "slurm_dbd_password must be"),
     ({"pull_runner_signing_key_b64": "a2V5"}, 0o600, "pull_runner_signing_key_b64 is not an OpenSSH private key"),
     ({"pull_runner_signing_key_b64": "not base64!"}, 0o600, "pull_runner_signing_key_b64 is not an OpenSSH"),
+    ({"pull_runner_signing_key_b64": ARMOR_ONLY}, 0o600, "pull_runner_signing_key_b64 is not an OpenSSH"),
+    ({"pull_runner_signing_key_b64": _ecdsa_key_b64()}, 0o600, "(unencrypted, ed25519)"),
     ({"ansible_ssh_pass": "x"}, 0o600, "unknown key"),
     (None, 0o640, "can be read by other users"),
 ])

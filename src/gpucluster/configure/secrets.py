@@ -29,18 +29,36 @@ SECRET_VARS = ("munge_key_b64", "slurm_dbd_password", "pull_runner_signing_key_b
 MUNGE_KEY_BYTES = 1024  # what `mungekey` makes; munged needs at least 32
 MUNGE_KEY_MIN = 32
 PASSWORD_RE = re.compile(r"^[A-Za-z0-9._~+=-]{16,128}$")  # lands in slurmdbd.conf and a MariaDB GRANT
-SSH_KEY_BEGIN, SSH_KEY_END = b"-----BEGIN OPENSSH PRIVATE KEY-----", b"-----END OPENSSH PRIVATE KEY-----"
+
+
+def _ed25519():
+    """(cryptography's serialization module, Ed25519PrivateKey): cryptography comes with Ansible."""
+    try:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    except ImportError:
+        raise UsageError("the bundle-signing key needs the Python package cryptography, which comes with Ansible: "
+                         "pip install 'gpucluster[ops]'") from None
+    return serialization, Ed25519PrivateKey
 
 
 def _signing_key() -> bytes:
-    """A new unencrypted OpenSSH ed25519 private key file (cryptography comes with Ansible)."""
-    try:
-        from cryptography.hazmat.primitives import serialization as ser
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-    except ImportError:
-        raise UsageError("generating the bundle-signing key needs the Python package cryptography, which comes "
-                         "with Ansible: pip install 'gpucluster[ops]'") from None
+    """A new unencrypted OpenSSH ed25519 private key file."""
+    ser, Ed25519PrivateKey = _ed25519()
     return Ed25519PrivateKey.generate().private_bytes(ser.Encoding.PEM, ser.PrivateFormat.OpenSSH, ser.NoEncryption())
+
+
+def _is_signing_key(value: str) -> bool:
+    """An unencrypted OpenSSH ed25519 private key file as base64: what the role's gpucluster_secret (kind
+    ssh-ed25519) accepts, checked here so a wrong key is refused before anything runs, not at the last play."""
+    ser, Ed25519PrivateKey = _ed25519()
+    from cryptography.exceptions import UnsupportedAlgorithm
+
+    try:
+        key = ser.load_ssh_private_key(base64.b64decode(value, validate=True), password=None)
+    except (binascii.Error, ValueError, TypeError, UnsupportedAlgorithm):
+        return False
+    return isinstance(key, Ed25519PrivateKey)
 
 
 def generate() -> dict[str, str]:
@@ -146,14 +164,9 @@ def checked_secrets(path: str | os.PathLike) -> tuple[dict[str, str], bytes]:
             raise UsageError(f"{p}: munge_key_b64 is not base64; write the output of `base64 -w0 munge.key`") from None
         if len(key) < MUNGE_KEY_MIN:
             raise UsageError(f"{p}: munge_key_b64 decodes to {len(key)} bytes; munged needs at least {MUNGE_KEY_MIN}")
-    if "pull_runner_signing_key_b64" in data:
-        try:
-            key = base64.b64decode(str(data["pull_runner_signing_key_b64"]), validate=True).strip()
-        except (binascii.Error, ValueError):
-            key = b""
-        if not (key.startswith(SSH_KEY_BEGIN) and key.endswith(SSH_KEY_END)):
-            raise UsageError(f"{p}: pull_runner_signing_key_b64 is not an OpenSSH private key file as base64; write "
-                             "the output of `ssh-keygen -q -t ed25519 -N '' -f KEY && base64 -w0 KEY`")
+    if "pull_runner_signing_key_b64" in data and not _is_signing_key(str(data["pull_runner_signing_key_b64"])):
+        raise UsageError(f"{p}: pull_runner_signing_key_b64 is not an OpenSSH private key file as base64 (unencrypted, "
+                         "ed25519); write the output of `ssh-keygen -q -t ed25519 -N '' -f KEY && base64 -w0 KEY`")
     if "slurm_dbd_password" in data and not PASSWORD_RE.match(str(data["slurm_dbd_password"])):
         raise UsageError(f"{p}: slurm_dbd_password must be 16-128 characters of letters, digits and ._~+=-")
     return {k: str(v) for k, v in data.items()}, raw
