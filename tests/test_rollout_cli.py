@@ -13,6 +13,7 @@ from gpucluster.cluster import load_cluster
 from gpucluster.errors import UsageError
 from gpucluster.paths import examples_dir
 from gpucluster.rollout import state as st
+from gpucluster.rollout.engine import new_state
 from gpucluster.rollout.waves import parse_max_unavailable, plan_waves, topology_units
 
 STAGING = examples_dir() / "staging.yaml"
@@ -45,13 +46,21 @@ def test_missing_target_and_missing_state_exit_2(tmp_path, capsys) -> None:
     assert "no rollout state here" in capsys.readouterr().err
 
 
+def _state() -> dict:
+    c = load_cluster(STAGING)
+    waves = plan_waves(topology_units(c.plan, "leaf", c.contract_groups["slurm_compute"]), 2)
+    return new_state("staging-1", cluster="staging", source=str(STAGING), change="drain", by="leaf",
+                     max_unavailable=2, waves=waves, skipped=[], halt_share=0.1)
+
+
 def test_state_file_is_atomic_and_checked(tmp_path) -> None:
     path = st.state_path(tmp_path / "s")
-    st.save(path, {"version": st.VERSION, "waves": [], "x": 1})
-    assert json.loads(path.read_text())["x"] == 1
+    s = _state()
+    st.save(path, s)
+    assert json.loads(path.read_text()) == s == st.load(path)
     with pytest.raises(TypeError):
-        st.save(path, {"version": st.VERSION, "waves": [], "x": object()})
-    assert st.load(path)["x"] == 1  # the failed write left the last state whole
+        st.save(path, {**s, "source": object()})
+    assert st.load(path) == s  # the failed write left the last state whole
     assert [p.name for p in Path(path.parent).iterdir()] == [st.NAME]
     path.write_text("{not json")
     with pytest.raises(UsageError, match="not a rollout state file"):

@@ -15,6 +15,7 @@ Exit 0: finished; 1: halted (too many nodes of a wave failed, or Slurm failed): 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -86,7 +87,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     folder = state_dir(cluster.name, args.state_dir or inv_state)
     if args.status:
         path = folder / state.NAME
-        s = state.load(path)
+        s = _load(path, cluster.name)
         _print_status(s, path, args.json)
         return 0
     hosts = cluster.contract_groups["slurm_compute"]
@@ -108,11 +109,11 @@ def cmd_rollout(args: argparse.Namespace) -> int:
             return 0
     except WaveError as exc:
         raise UsageError(f"{args.target}: {exc}") from None
-    path = state.state_path(folder)
     try:
-        slurm = live.slurm() if live else Slurm()
-        if args.resume:
-            s = state.load(path)
+        if args.resume:  # read only: the folder is checked, not created (state.load)
+            path = folder / state.NAME
+            s = _load(path, cluster.name)
+            slurm = live.slurm() if live else Slurm()
             if s.get("finished"):
                 print(f"rollout {s['id']} already finished; nothing to resume", file=sys.stderr if args.json else None)
                 if args.json:
@@ -120,11 +121,15 @@ def cmd_rollout(args: argparse.Namespace) -> int:
                 return 0
             s["halted"] = None
         else:
-            if path.exists() and not state.load(path).get("finished"):
-                raise UsageError(f"{path}: rollout {state.load(path)['id']} is not finished; continue it with "
-                                 "--resume, see it with --status, or move the file aside to abandon it")
+            path = state.state_path(folder)
+            if os.path.lexists(path):  # a link, even a dangling one, is refused by load, never written through
+                old = state.load(path)
+                if not old["finished"]:
+                    raise UsageError(f"{path}: rollout {old['id']} is not finished; continue it with --resume, see "
+                                     "it with --status, or move the file aside to abandon it")
+            slurm = live.slurm() if live else Slurm()
             now = slurm.nodes(hosts)
-            skip = sorted(n for n, s in now.items() if s.by_hand)
+            skip = engine.out_for_others(now)
             try:
                 waves = plan_waves(_busy_last(units, now), cap, by=args.by, skip=set(skip))
             except WaveError as exc:
@@ -135,7 +140,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
                                  halt_share=args.halt_share / 100)
             state.save(path, s)
             say(f"rollout {rid}: {args.change} on {len(hosts) - len(skip)} nodes in {len(waves)} waves by {args.by}, "
-                f"at most {cap} out at once; {len(skip)} drained by hand left alone; state in {path}")
+                f"at most {cap} out at once; {len(skip)} out of service for other reasons left alone; state in "
+                f"{path}")
     except SlurmError as exc:
         raise OperationError(str(exc)) from None
     apply = (hooks.command_hook(args.apply_command, "--apply-command") if args.apply_command
@@ -154,6 +160,17 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         raise OperationError(f"{exc} (state kept in {path}: --resume continues)") from None
     _print_status(run.state, path, args.json)
     return 0
+
+
+def _load(path: Path, cluster: str) -> dict:
+    """The state file, checked (state.load), and of this cluster."""
+    from gpucluster.rollout import state
+
+    s = state.load(path)
+    if s["cluster"] != cluster:
+        raise UsageError(f"{path}: cluster: the rollout of '{s['cluster']}', not of '{cluster}'; give that "
+                         "cluster's inventory or spec, or this cluster's --state-dir")
+    return s
 
 
 def _resize(cluster, args: argparse.Namespace, live, say) -> int:

@@ -14,8 +14,13 @@ Why the reservation: nextstate=RESUME clears every DRAIN when the node registers
 check's drain set during the boot included (seen on 22.05's daemons), so a drain cannot hold a rebooted node
 until it is checked; a reservation can, and `scontrol reboot ASAP nextstate=RESUME` stays as Slurm documents it.
 A node that fails apply or its checks stays drained, reason "gpc:rollout ID failed: ...". Once more than
-`halt_share` of a wave fails, the rollout halts (exit 1) before the next wave. A node out of service for a
-reason not starting with "gpc:" is someone else's: never drained over, never resumed, never counted done.
+`halt_share` of a wave fails, the rollout halts (exit 1) before the next wave.
+
+Which nodes are ours: only those whose reason is this rollout's own ("gpc:rollout ID", or that followed by a
+space and more: "... failed: WHY", slurmctld's " : reboot issued"). Every other reason is someone else's,
+whether a person's or another gpucluster action's that also starts "gpc:" (a health check's drain
+"gpc:mount-flash: ...", another rollout's, a grow's): such a node is never taken into a wave, never drained
+over, never resumed and never counted done (outcome "by-hand", with the reason).
 """
 
 from __future__ import annotations
@@ -26,13 +31,14 @@ from pathlib import Path
 
 import hostlist
 
+from gpucluster.errors import shown
 from gpucluster.progress import status_line
 from gpucluster.rollout import state as st
 from gpucluster.rollout.slurmclient import NodeState, Slurm
 from gpucluster.rollout.waves import Wave
 
-CHANGES = ("reboot", "drain", "reconfigure")
-CONTROLLER_ORDER = ("slurmdbd", "slurmctld")  # then slurmd, wave by wave
+CHANGES = st.CHANGES
+CONTROLLER_ORDER = st.CONTROLLER_ORDER  # slurmdbd, then slurmctld; then slurmd, wave by wave
 FINAL = ("done", "failed", "by-hand")
 # A hook takes the nodes and returns {node: why it failed}; nodes not named succeeded.
 Hook = Callable[[Sequence[str]], dict[str, str]]
@@ -40,6 +46,19 @@ Hook = Callable[[Sequence[str]], dict[str, str]]
 
 class Halted(RuntimeError):
     """The rollout stopped on purpose (too many failures in a wave, or a wait ran out); state is saved."""
+
+
+def is_ours(node: NodeState, reason: str) -> bool:
+    """The node's reason is `reason` (one rollout's own), alone or followed by a space and more. Starting
+    with "gpc:" is not enough: a health check's drain and another rollout's start so too."""
+    return node.reason == reason or node.reason.startswith(reason + " ")
+
+
+def out_for_others(nodes: dict[str, NodeState]) -> list[str]:
+    """The nodes a new rollout leaves alone: out of service (drained, down, failed) or rebooting, whatever the
+    reason, since no reason is a new rollout's yet: a person's, a health check's "gpc:" drain, another
+    rollout's. They go in no wave and take no room in one."""
+    return sorted(n for n, s in nodes.items() if s.out or s.rebooting)
 
 
 def new_state(rid: str, *, cluster: str, source: str, change: str, by: str, max_unavailable: int,
@@ -71,10 +90,10 @@ class Rollout:
         st.save(self.path, self.state)
 
     def mark(self, node: str, outcome: str, detail: str = "") -> None:
-        self.state["nodes"][node].update(outcome=outcome, detail=detail)
+        self.state["nodes"][node].update(outcome=outcome, detail=detail[:st.DETAIL_CHARS])
 
     def ours(self, node: NodeState) -> bool:
-        return node.reason == self.reason or node.reason.startswith(self.reason + " ")
+        return is_ours(node, self.reason)
 
     # ------------------------------------------------------------------------------ the run
     def run(self) -> dict:
@@ -106,7 +125,7 @@ class Rollout:
                 if len(failed) > self.state["halt_share"] * len(wave.nodes):
                     self.state["halted"] = (f"wave {wave.index}: {len(failed)} of {len(wave.nodes)} nodes failed "
                                             f"(more than {self.state['halt_share']:.0%}): "
-                                            f"{hostlist.collect_hostlist(failed)}")
+                                            f"{hostlist.collect_hostlist(failed)}")[:st.DETAIL_CHARS]
                     self.save()
                     raise Halted(self.state["halted"])
         self.state["finished"] = True
@@ -135,8 +154,9 @@ class Rollout:
             self.state["controller"][daemon] = "done"
             self.save()
 
-    def _take(self, wave: Wave) -> list[str]:
-        """The wave's nodes still to do, less those someone else has taken out of service."""
+    def _take(self, wave: Wave) -> tuple[list[str], dict[str, NodeState]]:
+        """The wave's nodes still to do, less those out of service for any reason but ours (a person's, a
+        health check's "gpc:" drain, another rollout's); with the states they were read in."""
         todo = [n for n in wave.nodes if self.state["nodes"][n]["outcome"] not in FINAL]
         now = self.slurm.nodes(todo)
         active = []
@@ -144,12 +164,12 @@ class Rollout:
             node = now.get(n)
             if node is None:
                 self.mark(n, "failed", "Slurm does not know this node")
-            elif node.by_hand or (node.out and node.reason.startswith("gpc:") and not self.ours(node)):
+            elif node.out and not self.ours(node):
                 self.mark(n, "by-hand", f"out of service: {node.reason or ','.join(sorted(node.states))}")
             else:
                 active.append(n)
         self.save()
-        return active
+        return active, now
 
     def _wait(self, nodes: list[str], ready: Callable[[NodeState], bool], timeout: float, what: str,
               label: str, update: Callable[[str], None]) -> list[str]:
@@ -192,11 +212,16 @@ class Rollout:
         now = self.slurm.nodes(nodes)
         good = []
         for n in nodes:
+            node = now.get(n)
             if n in errors:
                 self.slurm.drain([n], f"{self.reason} failed: {errors[n][:120]}")
                 self.mark(n, "failed", f"checks: {errors[n]}")
-            elif resume and not self.ours(now[n]):
-                self.mark(n, "by-hand", f"reason changed during the rollout: {now[n].reason}")
+            elif node is None:
+                self.mark(n, "failed", "Slurm does not know this node any more")
+            elif (resume or node.out) and not self.ours(node):
+                # drain class: a node we drained whose reason is no longer ours; reboot class: a node back
+                # from its reboot that someone (a health check) took out of service meanwhile
+                self.mark(n, "by-hand", f"reason changed during the rollout: {node.reason}")
             else:
                 good.append(n)
         if resume:
@@ -206,8 +231,7 @@ class Rollout:
         self.save()
 
     def _drain_wave(self, wave: Wave, label: str, update: Callable[[str], None]) -> None:
-        active = self._take(wave)
-        now = self.slurm.nodes(active)
+        active, now = self._take(wave)
         self.slurm.drain([n for n in active if not self.ours(now[n])], self.reason)
         for n in active:
             self.mark(n, "draining")
@@ -225,7 +249,7 @@ class Rollout:
         self._finish([n for n in drained if n not in errors], resume=True)
 
     def _reboot_wave(self, wave: Wave, label: str, update: Callable[[str], None]) -> None:
-        active = self._take(wave)
+        active, _ = self._take(wave)
         resv = f"gpc-{self.state['id']}-w{wave.index}"
         self.slurm.reserve(resv, active)
         todo = active
@@ -265,5 +289,5 @@ def summary(state: dict) -> list[str]:
         lines.append(f"  {outcome:<10} {len(by[outcome]):>5}  {hostlist.collect_hostlist(sorted(by[outcome]))}")
         for n in sorted(by[outcome]):
             if state["nodes"][n]["detail"] and outcome != "done":
-                lines.append(f"{'':19}{n}: {state['nodes'][n]['detail']}")
+                lines.append(f"{'':19}{n}: {shown(state['nodes'][n]['detail'], 300)}")
     return lines

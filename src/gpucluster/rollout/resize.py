@@ -32,7 +32,7 @@ import hostlist
 
 from gpucluster import slurmkeys
 from gpucluster.cluster import Cluster
-from gpucluster.rollout.engine import Halted
+from gpucluster.rollout.engine import Halted, is_ours
 from gpucluster.rollout.slurmclient import Slurm
 
 
@@ -131,7 +131,7 @@ def grow(resize: Resize, ctl: Controller, slurm: Slurm, rid: str, *,
         slurm.drain([n], f"{reason} failed: {why[:120]}")
     good = [n for n in new if n not in errors]
     now = slurm.nodes(good)
-    mine = [n for n in good if n in now and now[n].reason.startswith(reason)]
+    mine = [n for n in good if n in now and is_ours(now[n], reason)]  # this grow's reason, no other gpc: one
     slurm.resume(mine)
     say(f"grow: {len(mine)} of {len(new)} new nodes in service")
     return errors
