@@ -167,6 +167,11 @@ def _number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def _json(v: object) -> str:
+    """A value of the file's as JSON writes it ("1" a string, 1 a number), escaped and cut (errors.shown)."""
+    return shown(json.dumps(v), 60)
+
+
 def host_name(v: object) -> bool:
     """A Slurm node name as a host name: letters, digits, '-' and '.', starting and ending with a letter or
     digit (inventory.values.HOSTNAME_RE), so it never reads as an option (`-o...`) or a template (`{{`)."""
@@ -181,7 +186,7 @@ def problems(data: object) -> list[tuple[str, str]]:
 
     def need(key: str, ok: bool, rule: str) -> None:
         if not ok:
-            out.append((key, f"{rule}, not {shown(data[key], 60) if key in data else 'missing'}"))
+            out.append((key, f"{rule}, not {_json(data[key]) if key in data else 'missing'}"))
 
     keys = ("version", "id", "cluster", "source", "change", "by", "max_unavailable", "halt_share", "controller",
             "waves", "nodes", "started", "updated", "finished", "halted")
@@ -220,15 +225,15 @@ def problems(data: object) -> list[tuple[str, str]]:
             out.append((at, "an object of index, units, nodes and status"))
             continue
         if not _int(w["index"]) or w["index"] != i + 1:
-            out.append((f"{at}.index", f"{i + 1} (waves are numbered in order from 1), not {shown(w['index'])}"))
+            out.append((f"{at}.index", f"{i + 1} (waves are numbered in order from 1), not {_json(w['index'])}"))
         if w["status"] not in WAVE_STATUS:
-            out.append((f"{at}.status", f"one of {', '.join(WAVE_STATUS)}, not {shown(w['status'])}"))
+            out.append((f"{at}.status", f"one of {', '.join(WAVE_STATUS)}, not {_json(w['status'])}"))
         for key, ok, rule in (("units", lambda u: isinstance(u, str) and bool(NAME_RE.match(u)),
                                "a unit name (letters, digits, '.', '_', '-')"),
                               ("nodes", host_name, "a host name (letters, digits, '-' and '.' inside)")):
             items = w[key]
             if not isinstance(items, list) or not items:
-                out.append((f"{at}.{key}", f"a list that is not empty, not {shown(items)}"))
+                out.append((f"{at}.{key}", f"a list that is not empty, not {_json(items)}"))
                 continue
             for j, item in enumerate(items):
                 if not ok(item):
@@ -247,13 +252,13 @@ def problems(data: object) -> list[tuple[str, str]]:
             out.append((at, "an object of outcome, wave and detail"))
             continue
         if rec["outcome"] not in OUTCOMES:
-            out.append((f"{at}.outcome", f"one of {', '.join(OUTCOMES)}, not {shown(rec['outcome'])}"))
+            out.append((f"{at}.outcome", f"one of {', '.join(OUTCOMES)}, not {_json(rec['outcome'])}"))
         if not isinstance(rec["detail"], str) or len(rec["detail"]) > 2 * DETAIL_CHARS:
             out.append((f"{at}.detail", f"a message of at most {2 * DETAIL_CHARS} characters"))
         want = in_wave.get(name, 0)
         if not _int(rec["wave"]) or rec["wave"] != want:
             out.append((f"{at}.wave", f"{want} (the wave that lists it; 0: left out at the start), not "
-                                      f"{shown(rec['wave'])}"))
+                                      f"{_json(rec['wave'])}"))
         elif want == 0 and rec["outcome"] != "by-hand":
             out.append((f"{at}.outcome", "by-hand: a node in no wave was left out at the start"))
     for name in in_wave:
