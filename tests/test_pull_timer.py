@@ -1,4 +1,4 @@
-"""The pull timer (issue 19; docs/roles.md "Converging a fleet", "The timer"): the operator signs a pointer
+"""The pull timer (docs/roles.md "Converging a fleet", "The timer"): the operator signs a pointer
 {bundle, serial} with the cluster's key; a node's tick verifies it against allowed_signers and runs the bundle only
 for a pointer newer than the one it converged to; its result goes back to the bundle server, which takes a result
 only from an address of the host it names. Real ssh-keygen signatures, a real HTTP server on loopback and real
@@ -33,10 +33,24 @@ def _signers(folder: Path, key: Path) -> Path:
     return path
 
 
+CLUSTER = "c1"
+
+
 def _envelope(key: Path, work: Path, serial: int, bundle: str = H1, **extra) -> bytes:
+    """A signed pointer as publish_pointer writes it (for every host named node1 or node7 unless told)."""
+    import time
+
     from gpucluster.configure.pull import sign_pointer
 
-    return sign_pointer(key, {"version": 1, "bundle": bundle, "serial": serial, "full": False, **extra}, work)
+    pointer = {"version": 2, "bundle": bundle, "serial": serial, "full": False, "cluster": CLUSTER,
+               "published": int(time.time()), "expires": int(time.time()) + 3600, "hosts": ["node1", "node7"],
+               **extra}
+    return sign_pointer(key, pointer, work)
+
+
+def _host_key(folder: Path, name: str = "host.key") -> Path:
+    """A node's SSH host key (ssh_host_ed25519_key) stand-in."""
+    return _key(folder, name)
 
 
 @pytest.fixture
@@ -63,33 +77,33 @@ def server(tmp_path, node):  # noqa: F811 (the imported fixture)
 
 def test_a_pointer_verifies_only_with_the_clusters_key_and_unaltered(node, keys, tmp_path):  # noqa: F811
     good, other, signers = keys
-    pointer = node.verify_pointer(_envelope(good, tmp_path / "w", 7), str(signers))
+    pointer = node.verify_pointer(_envelope(good, tmp_path / "w", 7), str(signers), CLUSTER)
     assert pointer["bundle"] == H1 and pointer["serial"] == 7
 
     forged = _envelope(other, tmp_path / "w", 8)
     with pytest.raises(node.Refused, match="does not verify"):
-        node.verify_pointer(forged, str(signers))
+        node.verify_pointer(forged, str(signers), CLUSTER)
     altered = json.loads(_envelope(good, tmp_path / "w", 9))
     altered["pointer"] = altered["pointer"].replace('"serial": 9', '"serial": 99')
     with pytest.raises(node.Refused, match="does not verify"):
-        node.verify_pointer(json.dumps(altered).encode(), str(signers))
-    with pytest.raises(node.Refused, match="unreadable"):
-        node.verify_pointer(b"not json", str(signers))
+        node.verify_pointer(json.dumps(altered).encode(), str(signers), CLUSTER)
+    with pytest.raises(node.Refused, match="not JSON"):
+        node.verify_pointer(b"not json", str(signers), CLUSTER)
     with pytest.raises(node.Refused, match="missing"):
-        node.verify_pointer(_envelope(good, tmp_path / "w", 10), str(tmp_path / "no-such-file"))
+        node.verify_pointer(_envelope(good, tmp_path / "w", 10), str(tmp_path / "no-such-file"), CLUSTER)
     with pytest.raises(node.Refused, match="not a sha256"):
-        node.verify_pointer(_envelope(good, tmp_path / "w", 11, bundle="../../etc"), str(signers))
+        node.verify_pointer(_envelope(good, tmp_path / "w", 11, bundle="../../etc"), str(signers), CLUSTER)
 
 
 def test_a_key_for_another_namespace_is_refused(node, keys, tmp_path):  # noqa: F811
     good, _other, signers = keys
     signers.write_text(signers.read_text().replace('namespaces="gpucluster-bundle"', 'namespaces="file"'))
     with pytest.raises(node.Refused, match="does not verify"):
-        node.verify_pointer(_envelope(good, tmp_path / "w", 7), str(signers))
+        node.verify_pointer(_envelope(good, tmp_path / "w", 7), str(signers), CLUSTER)
 
 
 def _tick(node, url: str, signers: Path, host: str = "node1"):  # noqa: F811
-    args = argparse.Namespace(url=url, host=host, signers=str(signers))
+    args = argparse.Namespace(url=url, host=host, signers=str(signers), cluster=CLUSTER)
     return node.timer(args, folder=node.test_paths[0])
 
 
@@ -151,12 +165,23 @@ def _put(url: str, host: str, body: bytes) -> int:
         return exc.code
 
 
-def test_the_server_takes_a_result_only_from_the_hosts_own_address(node, server, capsys):  # noqa: F811
-    url, _published, results = server
-    assert node.report(url, "localhost", {"host": "localhost", "serial": 5, "bundle": H1, "failed": 0}) == ""
-    assert json.loads((results / "localhost.json").read_text())["serial"] == 5
-    assert _put(url, "gpu01.invalid", b'{"host": "gpu01.invalid"}') == 403  # not an address of that name
-    assert _put(url, "localhost", b'{"host": "gpu01"}') == 400              # the body names another host
+def test_the_server_takes_a_result_only_from_the_hosts_own_address(node, keys, server, tmp_path, capsys):  # noqa: F811
+    good, _other, _signers = keys
+    url, published, results = server
+    (published / node.POINTER).write_bytes(_envelope(good, tmp_path / "w", 5, hosts=["localhost", "gpu01.invalid"]))
+    host_key = _host_key(tmp_path / "keys", "localhost-host.key")
+    body = node.sign_result({"host": "localhost", "serial": 5, "bundle": H1, "failed": 0}, str(host_key), CLUSTER)
+    assert node.report(url, "localhost", body) == ""
+    record = json.loads((results / "localhost.json").read_text())
+    assert json.loads(record["result"])["serial"] == 5 and record["signature"].startswith("-----BEGIN SSH SIGNATURE")
+
+    def signed(host: str) -> bytes:
+        return json.dumps({"result": json.dumps({"host": host}), "signature": "x"}).encode()
+
+    assert _put(url, "gpu01.invalid", signed("gpu01.invalid")) == 403  # not an address of that name
+    assert _put(url, "gpu02", signed("gpu02")) == 404                  # not a host of the published pointer
+    assert _put(url, "localhost", signed("gpu01")) == 400              # the body names another host
+    assert _put(url, "localhost", b'{"host": "localhost"}') == 400     # not a signed envelope
     assert _put(url, "localhost", b"[1]") == 400
     assert _put(url, "..", b"{}") == 404
     assert _put(url, "localhost", b"x" * (node.MAX_RESULT + 1)) == 413
@@ -177,7 +202,7 @@ def test_the_server_publishes_a_pointer_only_signed_newer_and_for_a_stored_bundl
 
     def store(envelope: bytes) -> int:
         monkeypatch.setattr("sys.stdin", argparse.Namespace(buffer=__import__("io").BytesIO(envelope)))
-        return node.store_pointer(argparse.Namespace(signers=str(signers)))
+        return node.store_pointer(argparse.Namespace(signers=str(signers), cluster=CLUSTER))
 
     assert store(_envelope(good, tmp_path / "w", 10)) == 1
     assert "not stored here" in capsys.readouterr().err
@@ -185,7 +210,10 @@ def test_the_server_publishes_a_pointer_only_signed_newer_and_for_a_stored_bundl
     assert store(_envelope(other, tmp_path / "w", 10)) == 1 and "does not verify" in capsys.readouterr().err
     assert store(_envelope(good, tmp_path / "w", 10)) == 0
     assert store(_envelope(good, tmp_path / "w", 9)) == 1 and "not newer" in capsys.readouterr().err
-    assert node.verify_pointer((published / node.POINTER).read_bytes(), str(signers))["serial"] == 10
+    assert node.verify_pointer((published / node.POINTER).read_bytes(), str(signers), CLUSTER)["serial"] == 10
+    assert store(_envelope(good, tmp_path / "w", 11, cluster="other")) == 1 and "cluster 'other'" in \
+        capsys.readouterr().err
+    assert store(_envelope(good, tmp_path / "w", 12, expires=1000)) == 1 and "expired" in capsys.readouterr().err
 
 
 def test_the_timer_trigger_converges_the_whole_bundle_and_needs_the_clusters_key(tmp_path):
@@ -195,9 +223,11 @@ def test_the_timer_trigger_converges_the_whole_bundle_and_needs_the_clusters_key
     for kwargs in ({"tags": "nccl"}, {"check": True}, {"diff": True}, {"wait": -1}, {"trigger": "cron"}):
         with pytest.raises(UsageError):
             pull(tmp_path / "no-inventory", **{"trigger": "timer", **kwargs})
-    inv = argparse.Namespace(vars={}, group=lambda name: ["ctl01"])
+    inv = argparse.Namespace(vars={"gpucluster_cluster": CLUSTER}, group=lambda name: ["ctl01"], path=tmp_path)
     with pytest.raises(UsageError, match="--push --tags pull"):
-        publish_pointer(inv, H1, None, False, tmp_path, tmp_path / "w", print)
+        publish_pointer(inv, H1, ["gpu01"], False, tmp_path, tmp_path / "w", print)
+    with pytest.raises(UsageError, match="not a cluster name"):
+        publish_pointer(argparse.Namespace(vars={}, path=tmp_path), H1, ["gpu01"], False, tmp_path, tmp_path, print)
 
 
 def test_the_operators_key_signs_from_a_private_copy_that_is_removed(node, tmp_path, monkeypatch):  # noqa: F811
@@ -226,10 +256,10 @@ def test_the_operators_key_signs_from_a_private_copy_that_is_removed(node, tmp_p
         sent.append((command, data, sorted(p.name for p in work.iterdir())))
 
     monkeypatch.setattr(pull_mod, "_store", store)
-    inv = argparse.Namespace(vars={"gpucluster_cluster": "c1"}, group=lambda name: ["ctl01"])
+    inv = argparse.Namespace(vars={"gpucluster_cluster": CLUSTER}, group=lambda name: ["ctl01"], path=tmp_path)
     serial = pull_mod.publish_pointer(inv, H1, ["gpu01"], False, tmp_path / "no-secrets-folder", tmp_path / "w",
                                       print, key_b64)
     (command, envelope, left), = sent
-    assert command == "gpucluster-pull store-pointer" and modes == [0o700] and left == []
-    pointer = node.verify_pointer(envelope, str(signers))
+    assert command == f"gpucluster-pull store-pointer --cluster {CLUSTER}" and modes == [0o700] and left == []
+    pointer = node.verify_pointer(envelope, str(signers), CLUSTER)
     assert pointer["serial"] == serial and pointer["bundle"] == H1 and pointer["hosts"] == ["gpu01"]

@@ -14,10 +14,13 @@ import importlib.util
 import io
 import json
 import os
+import re
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 from gpucluster.errors import UsageError
 from gpucluster.paths import private_dir
@@ -138,6 +141,88 @@ def refuse_secrets(files: dict[str, bytes], secrets: dict[str, str]) -> None:
                                  "inventory or the spec")
 
 
+# Inventory variables that let someone log in or become root: a bundle is served over plain HTTP to every node,
+# and a node converges with --connection local as root, so it needs none of them (Ansible's connection variables,
+# https://docs.ansible.com/ansible/latest/inventory_guide/intro_inventory.html#connecting-to-hosts-behavioral-inventory-parameters).
+CONNECTION_SECRET_RE = re.compile(r"^(?:ansible_[a-z0-9_]*(?:pass|password|passwd|passphrase)|"
+                                  r"(?:become|sudo|su|ssh|vault)_pass(?:word)?|ansible_(?:ssh_)?private_key)$",
+                                  re.IGNORECASE)
+SECRET_TEXT_RE = re.compile(r"\$ANSIBLE_VAULT;|!vault\b|-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
+
+
+class _Vault(str):
+    """A `!vault` value: an encrypted secret, whatever it holds."""
+
+
+class _InventoryLoader(yaml.SafeLoader):
+    """Reads an inventory file as data: `!unsafe` values as strings, `!vault` ones marked."""
+
+
+_InventoryLoader.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node)
+                                 if isinstance(node, yaml.ScalarNode) else None)
+_InventoryLoader.add_constructor("!vault", lambda loader, node: _Vault(loader.construct_scalar(node)))
+
+
+def _line_of(text: str, needle: str) -> int:
+    for number, line in enumerate(text.splitlines(), 1):
+        if needle in line:
+            return number
+    return 1
+
+
+def _secret_findings(data, text: str, path: str = "") -> list[tuple[int, str]]:
+    """(line, what) of every connection secret in one parsed inventory document."""
+    found: list[tuple[int, str]] = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            where = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and CONNECTION_SECRET_RE.match(key):
+                found.append((_line_of(text, key), f"{where}: a connection secret"))
+            else:
+                found += _secret_findings(value, text, where)
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            found += _secret_findings(value, text, f"{path}[{i}]")
+    elif isinstance(data, _Vault):
+        found.append((_line_of(text, "!vault"), f"{path}: a vault-encrypted value"))
+    return found
+
+
+def refuse_connection_secrets(files: dict[str, bytes], inventory_dir: Path) -> None:
+    """A bundle is served over HTTP to every node: refuse it when an inventory file holds a connection secret
+    (ansible_password, ansible_become_password, ansible_ssh_pass, ...), a vault-encrypted value or a private key.
+    Refused, not stripped: a node needs none of them (it runs as root, --connection local), and a secret in the
+    inventory folder is one the operator meant to keep somewhere else; every finding is reported at once."""
+    findings: list[str] = []
+    for name, data in sorted(files.items()):
+        if not name.startswith("inventory/"):
+            continue
+        where = inventory_dir / name[len("inventory/"):]
+        text = data.decode(errors="replace")
+        found: list[tuple[int, str]] = []
+        try:
+            for document in yaml.load_all(text, Loader=_InventoryLoader):  # a SafeLoader subclass: data only
+                found += _secret_findings(document, text)
+        except yaml.YAMLError:  # not YAML (an INI file, a broken one): its keys as text
+            for number, line in enumerate(text.splitlines(), 1):
+                for word in re.findall(r"[A-Za-z0-9_]+(?=[\"']?\s*[:=])", line):
+                    if CONNECTION_SECRET_RE.match(word):
+                        found.append((number, f"{word}: a connection secret"))
+        for number, line in enumerate(text.splitlines(), 1):
+            match = SECRET_TEXT_RE.search(line)
+            if match and not any(n == number for n, _ in found):
+                what = "a private key" if "PRIVATE" in match.group(0) else "a vault-encrypted value"
+                found.append((number, what))
+        findings += [f"{where}:{number}: {what}" for number, what in sorted(set(found))]
+    if findings:
+        raise UsageError("the pull bundle would carry secrets from the inventory, and it is served over HTTP to "
+                         "every node:\n  " + "\n  ".join(findings[:20])
+                         + (f"\n  ... {len(findings) - 20} more" if len(findings) > 20 else "")
+                         + "\nNodes converge with --connection local as root and need none of them: keep "
+                         "connection secrets out of the inventory folder (ansible.cfg's become_password_file or "
+                         "ANSIBLE_BECOME_PASSWORD_FILE, an ssh-agent for keys), then pull again")
+
+
 def pack(files: dict[str, bytes]) -> bytes:
     """A reproducible tar.gz: sorted names, no owners, no times, 0644 files (a node makes its own folders)."""
     raw = io.BytesIO()
@@ -155,6 +240,7 @@ def build(compiled: Path, project: Path, inventory: Path, state: Path,
           secrets: dict[str, str] | None = None) -> Bundle:
     """Build (or find) the bundle of this compiled state under <state>/bundles/<hash>.tar.gz (0700 folder)."""
     files = bundle_files(compiled, project, inventory)
+    refuse_connection_secrets(files, inventory.parent)
     refuse_secrets(files, secrets or {})
     text = manifest(files)
     digest = hashlib.sha256(text).hexdigest()
