@@ -13,7 +13,8 @@ from gpucluster.cluster import load_cluster
 from gpucluster.errors import UsageError
 from gpucluster.paths import examples_dir
 from gpucluster.rollout import state as st
-from gpucluster.rollout.engine import new_state
+from gpucluster.rollout.engine import Rollout, new_state
+from gpucluster.rollout.slurmclient import NodeState, Slurm
 from gpucluster.rollout.waves import parse_max_unavailable, plan_waves, topology_units
 
 STAGING = examples_dir() / "staging.yaml"
@@ -83,3 +84,153 @@ def test_resize_dry_run_names_hosts_and_how_the_release_learns_them(version, how
     assert main(["rollout", new, "--resize", old, "--dry-run"]) == 0
     assert "drain gti[0013-0016] (reason gpc:shrink ID)" in capsys.readouterr().out
     assert main(["rollout", old, "--resize", new]) == 2  # a SPEC target: only the plan; changing needs an inventory
+
+
+# ------------------------------------------------------------------------------------------------ whose node
+# A rollout acts only on nodes whose reason is its own ("gpc:rollout ID"). Every other reason, those gpucluster
+# itself writes included (a health check's, another rollout's, a grow's), is someone else's: such a node is in
+# no wave, never drained over, never resumed, never counted done.
+OTHERS = {
+    "health": "gpc:mount-flash: /mnt/flash is not mounted",
+    "another-rollout": "gpc:rollout staging-20250101T000000",
+    "same-prefix": "gpc:rollout staging-10",  # this rollout is staging-1
+    "another-rollout-failed": "gpc:rollout staging-0 failed: checks: gpu burn",
+    "grow": "gpc:grow staging-1",
+    "by-hand": "fan replaced, by hand",
+}
+
+
+class FakeSlurm(Slurm):
+    """Slurm's node table in memory, as the rollout drives it: drain, resume, reboot (the node is back at the
+    next poll, as `after_reboot` says, else idle with no reason), jobs that end on a poll, and `on_poll`:
+    what happens on the cluster at each poll (a health check draining a node). Records every call."""
+
+    def __init__(self, hosts, *, busy=(), on_poll=None, after_reboot=None):
+        super().__init__(run=lambda cmd: (_ for _ in ()).throw(AssertionError(f"no client may run: {cmd}")))
+        self.node = {h: [{"ALLOCATED"} if h in busy else {"IDLE"}, ""] for h in hosts}
+        self.calls: list[tuple[str, tuple[str, ...]]] = []
+        self.polls, self.on_poll, self.after_reboot, self.rebooting = 0, on_poll, after_reboot or {}, set()
+
+    def set(self, node: str, states: set[str], reason: str) -> None:
+        self.node[node] = [set(states), reason]
+
+    def nodes(self, names=None):
+        self.polls += 1
+        for n in list(self.rebooting):
+            self.set(n, *self.after_reboot.get(n, ({"IDLE"}, "")))
+            self.rebooting.discard(n)
+        if self.on_poll:
+            self.on_poll(self, self.polls)
+        return {n: NodeState(n, frozenset(s), r) for n, (s, r) in self.node.items() if names is None or n in names}
+
+    def drain(self, nodes, reason):
+        self.calls.append(("drain", tuple(nodes)))
+        for n in nodes:
+            self.node[n][0].add("DRAIN")
+            self.node[n][1] = reason
+
+    def resume(self, nodes):
+        self.calls.append(("resume", tuple(nodes)))
+        for n in nodes:
+            self.node[n][0].discard("DRAIN")
+            self.node[n][1] = ""
+
+    def reboot(self, nodes, reason):
+        self.calls.append(("reboot", tuple(nodes)))
+        for n in nodes:
+            self.set(n, {"IDLE", "DRAIN", "REBOOT_REQUESTED"}, reason)
+        self.rebooting.update(nodes)
+
+    def reserve(self, name, nodes):
+        self.calls.append(("reserve", tuple(nodes)))
+
+    def release(self, name):
+        self.calls.append(("release", ()))
+
+    def touched(self, node: str) -> list[str]:
+        return [what for what, nodes in self.calls if node in nodes]
+
+
+def _engine(change: str, fake: FakeSlurm, tmp_path, **hooks) -> dict:
+    s = _state()
+    s.update(change=change)
+    path = st.state_path(tmp_path / "state")
+    st.save(path, s)
+    Rollout(fake, path, s, poll=0.0, wait_timeout=5.0, reboot_timeout=5.0, say=lambda _: None, live=False,
+            **hooks).run()
+    return st.load(path)
+
+
+@pytest.mark.parametrize("reason", OTHERS.values(), ids=OTHERS.keys())
+def test_a_new_rollout_puts_a_node_out_for_another_reason_in_no_wave(reason, monkeypatch, tmp_path, capsys) -> None:
+    c = load_cluster(STAGING)
+    hosts = c.contract_groups["slurm_compute"]
+    fake = FakeSlurm(hosts)
+    fake.set(hosts[1], {"IDLE", "DRAIN"}, reason)
+    monkeypatch.setattr("gpucluster.rollout.slurmclient.Slurm", lambda *a, **k: fake)
+    assert main(["rollout", str(STAGING), "--change", "drain", "--by", "node", "--max-unavailable", "1",
+                 "--state-dir", str(tmp_path / "state"), "--poll", "0"]) == 0, capsys.readouterr()
+    s = st.load(tmp_path / "state" / st.NAME)
+    assert hosts[1] not in {n for w in s["waves"] for n in w["nodes"]}
+    assert s["nodes"][hosts[1]]["outcome"] == "by-hand" and s["nodes"][hosts[1]]["wave"] == 0
+    assert fake.touched(hosts[1]) == [] and fake.node[hosts[1]] == [{"IDLE", "DRAIN"}, reason]
+    assert {s["nodes"][n]["outcome"] for n in hosts if n != hosts[1]} == {"done"}
+
+
+@pytest.mark.parametrize("change", ["drain", "reboot"])
+@pytest.mark.parametrize("reason", OTHERS.values(), ids=OTHERS.keys())
+def test_a_wave_leaves_a_node_drained_for_another_reason_before_it(reason, change, tmp_path) -> None:
+    """Drained after the waves were planned (or in a state resumed later): in its wave, and still left alone."""
+    hosts = load_cluster(STAGING).contract_groups["slurm_compute"]
+    fake = FakeSlurm(hosts)
+    fake.set(hosts[2], {"IDLE", "DRAIN"}, reason)
+    s = _engine(change, fake, tmp_path)
+    assert s["nodes"][hosts[2]]["outcome"] == "by-hand" and reason in s["nodes"][hosts[2]]["detail"]
+    assert fake.touched(hosts[2]) == [] and fake.node[hosts[2]] == [{"IDLE", "DRAIN"}, reason]
+    assert {s["nodes"][n]["outcome"] for n in hosts if n != hosts[2]} == {"done"}
+
+
+@pytest.mark.parametrize("reason", [OTHERS["health"], OTHERS["another-rollout"], OTHERS["same-prefix"]],
+                         ids=["health", "another-rollout", "same-prefix"])
+def test_a_node_drained_for_another_reason_during_the_wave_is_never_resumed(reason, tmp_path) -> None:
+    """Drain class: the node runs a job when the wave drains it; as the job ends, a health check drains it with
+    its own reason (Slurm keeps the last reason): the rollout no longer owns it."""
+    hosts = load_cluster(STAGING).contract_groups["slurm_compute"]
+    node = hosts[0]
+
+    def health(fake: FakeSlurm, poll: int) -> None:
+        if poll == 3:
+            fake.set(node, {"IDLE", "DRAIN"}, reason)
+
+    fake = FakeSlurm(hosts, busy={node}, on_poll=health)
+    s = _engine("drain", fake, tmp_path)
+    assert s["nodes"][node]["outcome"] == "by-hand" and reason in s["nodes"][node]["detail"]
+    assert fake.touched(node) == ["drain"] and fake.node[node] == [{"IDLE", "DRAIN"}, reason]
+
+
+@pytest.mark.parametrize("change", ["drain", "reboot"])
+def test_a_node_drained_for_another_reason_during_its_checks_is_not_done(change, tmp_path) -> None:
+    """The health check drains the node while the rollout's checks run (after its reboot, or its apply): the
+    rollout neither resumes it nor counts it done."""
+    hosts = load_cluster(STAGING).contract_groups["slurm_compute"]
+    node = hosts[3]
+    fake = FakeSlurm(hosts)
+
+    def check(nodes):
+        if node in nodes:
+            fake.set(node, {"IDLE", "DRAIN"}, OTHERS["health"])
+        return {}
+
+    s = _engine(change, fake, tmp_path, check=check)
+    assert s["nodes"][node]["outcome"] == "by-hand", s["nodes"][node]
+    assert "resume" not in fake.touched(node) and fake.node[node] == [{"IDLE", "DRAIN"}, OTHERS["health"]]
+
+
+def test_a_node_back_from_its_reboot_drained_for_another_reason_is_not_done(tmp_path) -> None:
+    """Reboot class: the node comes back drained by its health check at boot: not ours, not done."""
+    hosts = load_cluster(STAGING).contract_groups["slurm_compute"]
+    node = hosts[1]
+    fake = FakeSlurm(hosts, after_reboot={node: ({"IDLE", "DRAIN"}, OTHERS["health"])})
+    s = _engine("reboot", fake, tmp_path)
+    assert s["nodes"][node]["outcome"] == "by-hand" and fake.node[node] == [{"IDLE", "DRAIN"}, OTHERS["health"]]
+    assert {s["nodes"][n]["outcome"] for n in hosts if n != node} == {"done"}

@@ -36,6 +36,8 @@ HAVE_SLURM = all(shutil.which(t) or Path("/usr/sbin", t).exists() for t in ("slu
 needs_slurm = pytest.mark.skipif(not IN_CI and not HAVE_SLURM, reason="slurmctld/slurmd/munged not installed")
 pytestmark = [needs_slurm, pytest.mark.slurm, pytest.mark.emulate]
 BY_HAND = "fan replaced, by hand"
+# gpucluster's own reasons that are not this rollout's: a health check's drain, another rollout's failure
+NOT_OURS = ("gpc:mount-flash: /mnt/flash is not mounted", "gpc:rollout ro12-20250101T000000 failed: checks")
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +103,10 @@ def test_drain_rollout_by_leaf_keeps_every_job_and_the_hand_drained_node(cluster
     path = st.state_path(tmp_path / "state")
     late = waves[-1].nodes[-1]  # drained by hand after the waves were planned: the engine must see it too
     cluster.scontrol("update", f"nodename={late}", "state=DRAIN", f"reason={BY_HAND}")
+    # drained after the planning too, with reasons that start "gpc:" and are not this rollout's
+    others = dict(zip((waves[0].nodes[1], waves[1].nodes[0]), NOT_OURS, strict=True))
+    for n, why in others.items():
+        cluster.scontrol("update", f"nodename={n}", "state=DRAIN", f"reason={why}")
     Rollout(slurm, path, s, apply=apply, poll=0.3, say=lambda _: None, live=False).run()
     assert [len(n) for n, _ in seen] and all(not running for _, running in seen), seen
     assert all(len(n) <= 4 for n, _ in seen)
@@ -109,12 +115,15 @@ def test_drain_rollout_by_leaf_keeps_every_job_and_the_hand_drained_node(cluster
     now = slurm.nodes()
     for n in (hand, late):
         assert now[n].by_hand and now[n].reason == BY_HAND
+    for n, why in others.items():  # never drained over (the reason is still theirs), never resumed
+        assert now[n].out and now[n].reason == why, now[n]
+    left = {hand, late, *others}
     for n in hosts:
-        if n not in (hand, late):
+        if n not in left:
             assert not now[n].out and "IDLE" in now[n].states, (n, now[n])
     final = st.load(path)
-    assert final["finished"] and final["nodes"][hand]["outcome"] == final["nodes"][late]["outcome"] == "by-hand"
-    assert {final["nodes"][n]["outcome"] for n in hosts if n not in (hand, late)} == {"done"}
+    assert final["finished"] and {final["nodes"][n]["outcome"] for n in left} == {"by-hand"}
+    assert {final["nodes"][n]["outcome"] for n in hosts if n not in left} == {"done"}
 
 
 def test_a_failed_check_keeps_the_node_drained_and_halts(cluster, rendered, tmp_path) -> None:
