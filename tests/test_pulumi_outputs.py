@@ -8,6 +8,7 @@ and its absence is tested as the user meets it: exit 2, the install hint, no tra
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import stat
@@ -101,7 +102,7 @@ def test_an_output_that_is_not_an_inventory_is_refused(tmp_path: Path, monkeypat
 
 
 def test_secrets_go_to_a_private_file_outside_the_checkout(tmp_path: Path, monkeypatch, capsys) -> None:
-    values = {"munge_key_b64": "a2V5", "slurm_dbd_password": "pw"}
+    values = {"munge_key_b64": "a2V5", "slurm_dbd_password": "pw", "pull_runner_signing_key_b64": "a2V5"}
     bindir, log = _fake_pulumi(tmp_path, {"ansibleSecrets": values})
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     target = tmp_path / "private" / "secrets.json"
@@ -114,12 +115,47 @@ def test_secrets_go_to_a_private_file_outside_the_checkout(tmp_path: Path, monke
 
 
 def test_secrets_are_never_written_inside_the_checkout(tmp_path: Path, monkeypatch, capsys) -> None:
-    bindir, _log = _fake_pulumi(tmp_path, {"ansibleSecrets": {"munge_key_b64": "a2V5"}})
+    bindir, _log = _fake_pulumi(tmp_path, {"ansibleSecrets": {"munge_key_b64": "a2V5",
+                                                              "pull_runner_signing_key_b64": "a2V5"}})
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     inside = ROOT / "inventories" / "leak.json"
     assert main(["secrets", "--pulumi-stack", "x", "-o", str(inside)]) == 2
     assert not inside.exists()
     assert "never written into a checkout" in capsys.readouterr().err
+
+
+def test_the_stacks_signing_key_reaches_the_secrets_file(tmp_path: Path, monkeypatch) -> None:
+    """What the program exports (a mock run: the provider's real create drew the values) through
+    `gpucluster secrets --pulumi-stack` into the file `gpucluster configure --secrets` checks and Ansible reads."""
+    from gpucluster.configure.secrets import checked_secrets
+    from gpucluster.deploy.testing import run_program, stack_config, unwrap
+
+    run = run_program(stack_config(example_path("meta-rsc-phase1"), sshKeyPath="~/.ssh/k"), stack="to-file")
+    values = unwrap(run.stack_outputs["ansibleSecrets"])
+    bindir, _log = _fake_pulumi(tmp_path, {"ansibleSecrets": values})
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    target = tmp_path / "private" / "secrets.json"
+    assert main(["secrets", "--pulumi-stack", "to-file", "-o", str(target)]) == 0
+    read, _raw = checked_secrets(target)
+    assert read == values and set(read) == {"munge_key_b64", "slurm_dbd_password", "pull_runner_signing_key_b64"}
+    key = tmp_path / "private" / "signing.key"
+    key.write_bytes(base64.b64decode(read["pull_runner_signing_key_b64"]))
+    key.chmod(0o600)
+    res = subprocess.run(["ssh-keygen", "-y", "-f", str(key)], capture_output=True, text=True, timeout=60,
+                         check=False, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0 and res.stdout.startswith("ssh-ed25519 "), res.stderr
+
+
+def test_a_stack_without_the_signing_key_is_refused(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A stack last updated before it held the signing key: no file that would leave each pushing machine to
+    generate its own."""
+    bindir, _log = _fake_pulumi(tmp_path, {"ansibleSecrets": {"munge_key_b64": "a2V5", "slurm_dbd_password": "pw"}})
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    target = tmp_path / "private" / "secrets.json"
+    assert main(["secrets", "--pulumi-stack", "old", "-o", str(target)]) == 2
+    assert not target.exists()
+    err = capsys.readouterr().err
+    assert "ansibleSecrets has no pull_runner_signing_key_b64" in err and "pulumi up --stack old" in err
 
 
 def test_default_secrets_path_is_per_user_and_outside_the_checkout(tmp_path: Path, monkeypatch) -> None:

@@ -8,18 +8,23 @@ inventory writer and the renderer called directly, never from copies.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import math
+import subprocess
 from functools import cache
 from pathlib import Path
 
+import pulumi
 import pytest
 from conftest import EXAMPLES, ROOT, cluster_example, example_path, loaded_example
 
+from gpucluster.deploy.provider import signing_key_b64
 from gpucluster.deploy.testing import (
     ENROLLMENT,
     SECRET,
+    ClusterMocks,
     ProgramRun,
     has_secret,
     run_program,
@@ -106,7 +111,8 @@ def test_components_and_counts(run: ProgramRun) -> None:
     tiers = ([f"flash-{spec.storage.flash.name}"] if spec.storage.flash else []) + [
         f"nfs-{n.name}" for n in spec.storage.nfs]
     assert sorted(r.name for r in run.of_type(STORAGE)) == sorted(tiers)
-    assert len(run.of_type(SECRET)) == 1 + int(spec.slurm.accounting)
+    assert sorted(r.name for r in run.of_type(SECRET)) == sorted(
+        ["munge-key", "bundle-signing-key"] + (["slurmdbd-password"] if spec.slurm.accounting else []))
     batch = 64 if _stack_name(run) == "staging" else BATCH
     assert len(run.of_type(ENROLLMENT)) == sum(_expected_batches(g.count, g.nodes_per_rack, batch)
                                                for g in spec.node_groups)
@@ -243,9 +249,8 @@ def test_secrets_are_marked_secret(run: ProgramRun) -> None:
     out = run.stack_outputs["ansibleSecrets"]
     assert has_secret(out) and not has_secret(unwrap(out))
     values = unwrap(out)
-    assert set(values) == {"munge_key_b64"} | ({"slurm_dbd_password"} if loaded.spec.slurm.accounting else set())
-    import base64
-
+    assert set(values) == {"munge_key_b64", "pull_runner_signing_key_b64"} | (
+        {"slurm_dbd_password"} if loaded.spec.slurm.accounting else set())
     assert len(base64.b64decode(values["munge_key_b64"])) == 1024
     for r in run.of_type(SECRET):
         assert r.secret_outputs == ("value",), r.name
@@ -259,22 +264,95 @@ def test_secrets_are_marked_secret(run: ProgramRun) -> None:
         assert v not in clear
 
 
+_CONFIG_SECRETS = ("gpucluster:sshPrivateKey", "gpucluster:mungeKey", "gpucluster:slurmdbdPassword",
+                   "gpucluster:pullRunnerSigningKey")
+
+
 def test_secrets_from_config_stay_secret_and_no_generation(tmp_path: Path) -> None:
     munge = "c2VjcmV0LW11bmdlLWtleS1mb3ItdGVzdHMtb25seS0xMjM0NTY3ODkw"
     key_text = "-----BEGIN OPENSSH PRIVATE KEY-----\nnot-a-real-key\n-----END OPENSSH PRIVATE KEY-----\n"
+    signing = signing_key_b64()  # drawn for this test only, never stored
     cfg = stack_config(example_path("frontier-mi250x-roce"), sshPrivateKey=key_text, mungeKey=munge,
-                       slurmdbdPassword="db-pass-for-tests", knownHosts=KNOWN)
-    run = run_program(cfg, stack="frontier-secrets",
-                      secret_keys=("gpucluster:sshPrivateKey", "gpucluster:mungeKey", "gpucluster:slurmdbdPassword"))
+                       slurmdbdPassword="db-pass-for-tests", pullRunnerSigningKey=signing, knownHosts=KNOWN)
+    run = run_program(cfg, stack="frontier-secrets", secret_keys=_CONFIG_SECRETS)
     assert run.of_type(SECRET) == []
     out = run.stack_outputs["ansibleSecrets"]
     assert has_secret(out)
-    assert unwrap(out) == {"munge_key_b64": munge, "slurm_dbd_password": "db-pass-for-tests"}
+    assert unwrap(out) == {"munge_key_b64": munge, "slurm_dbd_password": "db-pass-for-tests",
+                           "pull_runner_signing_key_b64": signing}
     for r in run.of_type(ENROLLMENT):
         assert has_secret(r.inputs["ssh"]), r.name  # the key text travels as a secret input
         assert unwrap(r.inputs["ssh"])["key_text"] == key_text
     clear = json.dumps({k: v for k, v in run.stack_outputs.items() if k != "ansibleSecrets"})
-    assert "not-a-real-key" not in clear and munge not in clear
+    assert "not-a-real-key" not in clear and munge not in clear and signing not in clear
+
+
+@pytest.mark.parametrize("bad", ["a2V5", "not base64!", "ecdsa"])
+def test_a_signing_key_from_config_that_is_not_ed25519_ends_the_run(bad: str) -> None:
+    if bad == "ecdsa":
+        from cryptography.hazmat.primitives import serialization as ser
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        pem = ec.generate_private_key(ec.SECP256R1()).private_bytes(ser.Encoding.PEM, ser.PrivateFormat.OpenSSH,
+                                                                    ser.NoEncryption())
+        bad = base64.b64encode(pem).decode()
+    cfg = stack_config(example_path("frontier-mi250x-roce"), sshKeyPath=KEY, knownHosts=KNOWN,
+                       pullRunnerSigningKey=bad)
+    with pytest.raises(pulumi.RunError) as exc:
+        run_program(cfg, stack="frontier-bad-signing-key", secret_keys=_CONFIG_SECRETS)
+    assert "gpucluster:pullRunnerSigningKey is not an OpenSSH ed25519 private key" in str(exc.value)
+    assert bad not in str(exc.value)
+
+
+# The signing key as every consumer reads it: the file `gpucluster secrets --pulumi-stack` writes, read back by
+# checked_secrets (what `gpucluster configure --secrets` runs before Ansible), and OpenSSH's own ssh-keygen.
+
+
+def _checked_signing_key(values: dict, folder: Path) -> str:
+    from gpucluster.configure.secrets import checked_secrets, write_secrets_file
+
+    path = write_secrets_file(values, folder / "private" / "secrets.json")
+    read, _raw = checked_secrets(path)
+    return read["pull_runner_signing_key_b64"]
+
+
+def _ssh_public_key(key_b64: str, folder: Path) -> str:
+    (folder / "private").mkdir(mode=0o700, exist_ok=True)
+    key = folder / "private" / "signing.key"
+    key.write_bytes(base64.b64decode(key_b64))
+    key.chmod(0o600)
+    res = subprocess.run(["ssh-keygen", "-y", "-f", str(key)], capture_output=True, text=True, timeout=60,
+                         check=False, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip()
+
+
+@_examples()
+def test_the_stack_holds_one_bundle_signing_key(run: ProgramRun, tmp_path: Path) -> None:
+    values = unwrap(run.stack_outputs["ansibleSecrets"])
+    assert _checked_signing_key(values, tmp_path) == values["pull_runner_signing_key_b64"]
+    assert _ssh_public_key(values["pull_runner_signing_key_b64"], tmp_path).startswith("ssh-ed25519 ")
+    [res] = [r for r in run.of_type(SECRET) if unwrap(r.inputs)["kind"] == "ssh-ed25519"]
+    assert res.name == "bundle-signing-key" and res.secret_outputs == ("value",)
+    assert unwrap(res.inputs).get("value") is None  # drawn by the provider, never an input
+
+
+def test_a_second_run_on_the_same_state_keeps_every_secret(tmp_path: Path) -> None:
+    """`pulumi up` twice: the engine diffs each stored secret against the program's inputs (the provider's own
+    diff, in the mocks) and keeps it; a new stack draws new ones."""
+    cfg = stack_config(example_path("meta-rsc-phase1"), sshKeyPath=KEY, knownHosts=KNOWN)
+    first = ClusterMocks()
+    one = unwrap(run_program(cfg, stack="rerun", mocks=first).stack_outputs["ansibleSecrets"])
+    again = ClusterMocks(state=first.state)
+    two = run_program(cfg, stack="rerun", mocks=again)
+    assert has_secret(two.stack_outputs["ansibleSecrets"])
+    assert unwrap(two.stack_outputs["ansibleSecrets"]) == one
+    assert again.state == first.state
+    other = unwrap(run_program(cfg, stack="other").stack_outputs["ansibleSecrets"])
+    assert other.keys() == one.keys()
+    assert all(other[k] != one[k] for k in one)
+    assert _ssh_public_key(one["pull_runner_signing_key_b64"], tmp_path) != \
+        _ssh_public_key(other["pull_runner_signing_key_b64"], tmp_path)
 
 
 # ---------------------------------------------------------------- granularity and config

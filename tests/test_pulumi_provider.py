@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import example_path
 
-from gpucluster.deploy.provider import EnrollmentProvider, SecretProvider
+from gpucluster.deploy.provider import EnrollmentProvider, SecretProvider, is_signing_key
 from gpucluster.deploy.testing import ENROLLMENT, SECRET, run_program, stack_config, unwrap
 
 KEY = "~/.ssh/gpucluster_ed25519"
@@ -78,6 +78,18 @@ def test_the_dynamic_provider_process_serves_them_over_grpc(mock_run) -> None:
         outs = rpc.deserialize_properties(created.properties)
         assert len(base64.b64decode(outs["value"])) == 1024
         assert outs["__provider"] == secret["__provider"]
+        same = stub.Diff(provider_pb2.DiffRequest(id=created.id, urn=urn, olds=created.properties,
+                                                  news=checked.inputs), timeout=60)
+        assert same.changes == provider_pb2.DiffResponse.DIFF_NONE
+
+        # the bundle-signing key is drawn in that process too (cryptography importable there)
+        signing = _inputs(mock_run, SECRET, "bundle-signing-key")
+        urn = "urn:pulumi:serialise::gpucluster::pulumi-python:dynamic/gpucluster:ClusterSecret::bundle-signing-key"
+        checked = stub.Check(provider_pb2.CheckRequest(urn=urn, olds=_serialize({}), news=_serialize(signing)),
+                             timeout=60)
+        assert list(checked.failures) == []
+        created = stub.Create(provider_pb2.CreateRequest(urn=urn, properties=checked.inputs), timeout=60)
+        assert is_signing_key(rpc.deserialize_properties(created.properties)["value"])
         same = stub.Diff(provider_pb2.DiffRequest(id=created.id, urn=urn, olds=created.properties,
                                                   news=checked.inputs), timeout=60)
         assert same.changes == provider_pb2.DiffResponse.DIFF_NONE
@@ -146,6 +158,32 @@ def test_secrets_are_drawn_once_and_kept() -> None:
     assert [f.property for f in prov.check({}, {"kind": "pin", "length": 4}).failures] == ["kind", "length"]
 
 
+def test_the_signing_key_is_drawn_once_and_kept(tmp_path: Path) -> None:
+    """kind ssh-ed25519: an unencrypted OpenSSH ed25519 key file as base64, which ssh-keygen reads; kept by
+    read and by a diff with the same inputs, drawn anew only on replacement."""
+    prov = SecretProvider()
+    props = {"kind": "ssh-ed25519", "length": 32}
+    assert prov.check({}, props).failures == []
+    a, b = prov.create(props), prov.create(props)
+    assert a.outs["value"] != b.outs["value"]
+    assert is_signing_key(a.outs["value"]) and a.id.startswith("ssh-ed25519-")
+    key = tmp_path / "signing.key"
+    key.write_bytes(base64.b64decode(a.outs["value"]))
+    key.chmod(0o600)
+    res = subprocess.run(["ssh-keygen", "-y", "-f", str(key)], capture_output=True, text=True, timeout=60,
+                         check=False, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0 and res.stdout.startswith("ssh-ed25519 "), res.stderr
+    assert prov.read(a.id, a.outs).outs["value"] == a.outs["value"]
+    assert prov.diff(a.id, a.outs, props).changes is False
+    assert [f.property for f in prov.check({}, {**props, "length": 64}).failures] == ["length"]
+
+
+@pytest.mark.parametrize("value", ["", "a2V5", "not base64!",
+                                   base64.b64encode(b"-----BEGIN OPENSSH PRIVATE KEY-----\n").decode()])
+def test_what_is_not_a_signing_key(value: str) -> None:
+    assert is_signing_key(value) is False
+
+
 def test_secrets_are_never_written_to_the_repository() -> None:
     """No stack config or tracked file carries a secret in clear (values under `secure:` are ciphertext)."""
     root = Path(__file__).resolve().parent.parent
@@ -153,6 +191,7 @@ def test_secrets_are_never_written_to_the_repository() -> None:
         import yaml
 
         config = (yaml.safe_load(path.read_text()) or {}).get("config", {})
-        for key in ("gpucluster:mungeKey", "gpucluster:slurmdbdPassword", "gpucluster:sshPrivateKey"):
+        for key in ("gpucluster:mungeKey", "gpucluster:slurmdbdPassword", "gpucluster:sshPrivateKey",
+                    "gpucluster:pullRunnerSigningKey"):
             value = config.get(key)
             assert value is None or (isinstance(value, dict) and set(value) == {"secure"}), (path, key)

@@ -5,7 +5,8 @@
     │   └── NodeEnrollment (dynamic)         one per batch of nodes (nodes.py explains the granularity)
     ├── gpucluster:index:Fabric              the plan: switches per tier, links, oversubscription, ...
     ├── gpucluster:index:StorageTier         one per flash tier and per NFS tier
-    └── ClusterSecret (dynamic)              munge key and slurmdbd password, unless given as config
+    └── ClusterSecret (dynamic)              munge key, slurmdbd password, bundle-signing key, unless given
+                                             as config
 
 Components take typed args built from the loaded spec and plan; none reads config or the YAML.
 """
@@ -19,7 +20,7 @@ import pulumi
 from gpucluster.cluster import Cluster as Compiled
 from gpucluster.deploy import nodes as nodes_mod
 from gpucluster.deploy.enroll import node_entry
-from gpucluster.deploy.provider import ClusterSecret, NodeEnrollment
+from gpucluster.deploy.provider import FIXED_LENGTH, ClusterSecret, NodeEnrollment, is_signing_key
 from gpucluster.deploy.settings import DeploySettings
 from gpucluster.deploy.stackoutputs import SLURM_FILES, file_hashes, inventory_args, inventory_json
 from gpucluster.fabric import Plan
@@ -84,6 +85,15 @@ class NodeGroup(pulumi.ComponentResource):
             "batches": len(self.batches), "enrolled": self.enrolled, "drift": self.drift,
             "hardware": {k: v for k, v in args.expect.items() if k not in ("fields", "where")},
         })
+
+
+def _checked_signing_key(value: str) -> str:
+    if not is_signing_key(value):  # the message names the key, never the value
+        raise pulumi.RunError("gpucluster:pullRunnerSigningKey is not an OpenSSH ed25519 private key file "
+                              "(unencrypted) as base64; set it with pulumi config set --secret "
+                              "gpucluster:pullRunnerSigningKey \"$(base64 -w0 KEY)\", KEY from "
+                              "ssh-keygen -q -t ed25519 -N '' -f KEY")
+    return value
 
 
 def _merge(parts: list) -> dict:
@@ -189,6 +199,11 @@ class Cluster(pulumi.ComponentResource):
         if spec.slurm.accounting:
             values["slurm_dbd_password"] = st.slurmdbd_password or self._secret(
                 "slurmdbd-password", "password", 32, child)
+        # One bundle-signing key per cluster, whichever machine pushes: roles/pull_runner writes it from the
+        # operator's secrets file (`gpucluster secrets --pulumi-stack`) instead of generating one per state folder.
+        values["pull_runner_signing_key_b64"] = (
+            st.signing_key.apply(_checked_signing_key) if st.signing_key is not None
+            else self._secret("bundle-signing-key", "ssh-ed25519", FIXED_LENGTH["ssh-ed25519"], child))
         self.ansible_secrets = pulumi.Output.secret(pulumi.Output.all(**values))
         self.register_outputs({
             "inventory": self.inventory, "plan": self.plan, "slurmFiles": self.slurm_files,

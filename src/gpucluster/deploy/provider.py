@@ -1,4 +1,5 @@
-"""Dynamic providers: node enrollment over SSH, and cluster secrets generated once per stack.
+"""Dynamic providers: node enrollment over SSH, and cluster secrets generated once per stack (munge key,
+slurmdbd password, bundle-signing key).
 
 The engine runs these in a separate process (`python -m pulumi.dynamic`): each resource's inputs carry
 the provider pickled by dill, and that process unpickles it. So the providers here keep no state of
@@ -139,11 +140,42 @@ class NodeEnrollment(dyn.Resource, module="gpucluster", name="NodeEnrollment"):
 
 # ---------------------------------------------------------------- secrets
 
+def signing_key_b64() -> str:
+    """A new bundle-signing key: an unencrypted OpenSSH ed25519 private key file, as base64 (one line of text).
+    What roles/pull_runner's gpucluster_secret (kind ssh-ed25519) and `gpucluster configure --secrets` accept
+    as pull_runner_signing_key_b64; the same format `gpucluster secrets --generate` writes. cryptography comes
+    with paramiko, which enrollment needs anyway."""
+    from cryptography.hazmat.primitives import serialization as ser
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate().private_bytes(ser.Encoding.PEM, ser.PrivateFormat.OpenSSH, ser.NoEncryption())
+    return base64.b64encode(key).decode()
+
+
+def is_signing_key(value: str) -> bool:
+    """Whether a value is what signing_key_b64 makes (base64 of an unencrypted OpenSSH ed25519 private key file):
+    a key brought as gpucluster:pullRunnerSigningKey is checked at `pulumi up`, not at the last play of a push."""
+    import binascii
+
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import serialization as ser
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    try:
+        key = ser.load_ssh_private_key(base64.b64decode(value, validate=True), password=None)
+    except (binascii.Error, ValueError, TypeError, UnsupportedAlgorithm):
+        return False
+    return isinstance(key, Ed25519PrivateKey)
+
+
 SECRET_KINDS = {
     # munge wants 32..1024 bytes of key; mungekey(8) makes 1024 by default. Base64 so it is text.
     "munge-key": lambda n: base64.b64encode(_secrets.token_bytes(n)).decode(),
     "password": lambda n: _secrets.token_urlsafe(n),
+    # the bundle-signing key (pull_runner_signing_key_b64); an ed25519 key is 32 bytes, nothing else fits
+    "ssh-ed25519": lambda _n: signing_key_b64(),
 }
+FIXED_LENGTH = {"ssh-ed25519": 32}
 
 
 class SecretProvider(dyn.ResourceProvider):
@@ -157,7 +189,11 @@ class SecretProvider(dyn.ResourceProvider):
         if news.get("kind") not in SECRET_KINDS:
             failures.append(dyn.CheckFailure("kind", f"use one of {', '.join(SECRET_KINDS)}"))
         length = news.get("length")
-        if not isinstance(length, (int, float)) or not 16 <= int(length) <= 1024:
+        fixed = FIXED_LENGTH.get(news.get("kind"))
+        if fixed is not None:
+            if length != fixed:
+                failures.append(dyn.CheckFailure("length", f"{fixed} for {news.get('kind')}"))
+        elif not isinstance(length, (int, float)) or not 16 <= int(length) <= 1024:
             failures.append(dyn.CheckFailure("length", "between 16 and 1024"))
         return dyn.CheckResult(news, failures)
 

@@ -37,6 +37,7 @@ class DeploySettings:
     enroll_parallel: int = 32
     munge_key: pulumi.Output[str] | None = None  # secret; generated once per stack when not given
     slurmdbd_password: pulumi.Output[str] | None = None  # secret; likewise
+    signing_key: pulumi.Output[str] | None = None  # secret, base64 of an OpenSSH ed25519 key file; likewise
 
     def for_cluster(self, name: str) -> DeploySettings:
         """Fill the defaults that depend on the spec's name: a staged cluster's state directory, and
@@ -100,5 +101,6 @@ def from_config(cfg: pulumi.Config, root: Path, project: str, stack: str) -> Dep
         enroll_parallel=_int(cfg, "enrollParallel", 32, 1, 512),
         munge_key=cfg.get_secret("mungeKey"),
         slurmdbd_password=cfg.get_secret("slurmdbdPassword"),
+        signing_key=cfg.get_secret("pullRunnerSigningKey"),
     )
 

@@ -171,8 +171,18 @@ def inventory_from_stack(stack: str, outdir: Path) -> Path:
 # ---------------------------------------------------------------- secrets for Ansible
 
 
+# What every stack's ansibleSecrets holds (slurm_dbd_password only where the spec has accounting). A stack
+# last updated without the signing key would leave each pushing machine to generate its own: refused.
+STACK_SECRETS = ("munge_key_b64", "pull_runner_signing_key_b64")
+
+
 def secrets_from_stack(stack: str, path: Path | None = None) -> Path:
+    """`gpucluster secrets --pulumi-stack NAME`: the stack's ansibleSecrets as the operator's secrets file."""
     values = stack_output(stack, "ansibleSecrets", show_secrets=True)
     if not isinstance(values, dict):
         raise UsageError(f"stack {stack}: ansibleSecrets is not a mapping; run pulumi up first")
+    missing = [k for k in STACK_SECRETS if k not in values]
+    if missing:
+        raise UsageError(f"stack {stack}: ansibleSecrets has no {', '.join(missing)}; run pulumi up --stack {stack} "
+                         "with this checkout (it generates them once), then this command again")
     return write_secrets_file(values, path or default_path(stack))

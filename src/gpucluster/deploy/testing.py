@@ -8,7 +8,9 @@ The mocks stand in for the engine's side of the dynamic providers:
 - every dynamic resource's serialized provider (`__provider`) is unpickled the way the provider
   process does it (base64, dill) and must give the provider class the resource names;
 - the provider's own `check` runs on the inputs and must pass;
-- ClusterSecret: the real `create` runs (it only draws random bytes);
+- ClusterSecret: the real `create` runs (it only draws random bytes). With a `state` (the dict a previous
+  run's mocks filled), a secret that is already there goes through the provider's own `diff` first, as the
+  engine does on `pulumi up`: no change keeps the stored id and value, a replacement draws again;
 - NodeEnrollment: no SSH here; outputs are the inputs plus facts that match the expectation, the
   same shape `enroll.enroll` returns.
 """
@@ -73,12 +75,15 @@ def has_secret(value: Any) -> bool:
 
 class ClusterMocks(pulumi.runtime.Mocks):
     """enroll=True: NodeEnrollment runs the real provider's create (SSH to the nodes), as `pulumi up` would;
-    `created` then holds (id, outputs) of each batch, for the caller to release."""
+    `created` then holds (id, outputs) of each batch, for the caller to release. `state`: ClusterSecret
+    resources by name -> (id, outputs), the stack state's part that secrets live in; pass one run's
+    `mocks.state` to the next to run the program again on the same stack."""
 
-    def __init__(self, enroll: bool = False) -> None:
+    def __init__(self, enroll: bool = False, state: dict[str, tuple[str, dict]] | None = None) -> None:
         self.providers: dict[str, Any] = {}  # serialized provider -> unpickled instance
         self.enroll = enroll
         self.created: list[tuple[str, dict]] = []
+        self.state: dict[str, tuple[str, dict]] = {} if state is None else dict(state)
 
     def provider(self, serialized: str):
         if serialized not in self.providers:
@@ -97,7 +102,9 @@ class ClusterMocks(pulumi.runtime.Mocks):
             checked = prov.check({}, inputs)
             if checked.failures:
                 raise AssertionError(f"{args.name}: check failed: {[(f.property, f.reason) for f in checked.failures]}")
-            if args.typ == SECRET or self.enroll:
+            if args.typ == SECRET:
+                return self._secret(prov, args.name, inputs)
+            if self.enroll:
                 created = prov.create(inputs)
                 if args.typ == ENROLLMENT:
                     self.created.append((created.id, created.outs))
@@ -107,6 +114,15 @@ class ClusterMocks(pulumi.runtime.Mocks):
                     "drift": {}, "enrolled": len(hosts), "enrolled_at": "2025-01-01T00:00:00+00:00"}
             return f"{inputs['owner']['stack']}/{inputs['group']}/{hosts[0]}", outs
         return f"{args.name}-id", args.inputs
+
+    def _secret(self, prov, name: str, inputs: dict) -> tuple[str, dict]:
+        if name in self.state:
+            old_id, olds = self.state[name]
+            if not prov.diff(old_id, olds, inputs).changes:
+                return old_id, olds
+        created = prov.create(inputs)
+        self.state[name] = (created.id, {**inputs, **(created.outs or {})})
+        return self.state[name]
 
     def call(self, args: pulumi.runtime.MockCallArgs):
         return {}, None
