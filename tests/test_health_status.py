@@ -4,6 +4,7 @@ and the nodes' state files, and the report: drained nodes by reason, by whom, si
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,21 @@ from gpucluster.node.slurmctl import parse_node, parse_nodes
 DATA = Path(__file__).resolve().parent / "data" / "health"
 SHOW = (DATA / "scontrol-show-node-o.txt").read_text()
 SINFO = (DATA / "sinfo-R-format.txt").read_text()
+
+
+def node_table(show_o: str) -> str:
+    """The node table the controller sends (22.05's `sinfo --json` shape) for the nodes of a captured
+    `scontrol show node -o`: the same states, reasons, users and times."""
+    nodes = []
+    for n in parse_nodes(show_o).values():
+        base, *flags = n["State"].split("+")
+        when = int(time.mktime(time.strptime(n["reason_time"], "%Y-%m-%dT%H:%M:%S"))) if n["reason_time"] else 0
+        nodes.append({"name": n["NodeName"], "state": base.lower(), "state_flags": flags, "reason": n["reason"],
+                      "reason_set_by_user": n["reason_user"], "reason_changed_at": when})
+    return json.dumps({"meta": {}, "errors": [], "nodes": nodes})
+
+
+SHOW_JSON = node_table(SHOW)
 
 
 def test_scontrol_lines_keep_reasons_whole() -> None:
@@ -58,7 +74,7 @@ def state_file(action: str, checks: dict, started: float = 1795397421.0) -> dict
 def rows() -> list[status.NodeStatus]:
     states = {"gpu01": state_file("drain", {"gpu-count": (False, "3 of 4 GPUs"), "munge": (True, "ok")}),
               "gpu02": state_file("none", {"gpu-count": (True, "4 of 4"), "munge": (True, "ok")})}
-    return status.merge(SHOW, SINFO, states, {"gpu04": "ssh: connect to host gpu04 port 22: No route to host"},
+    return status.merge(SHOW_JSON, SINFO, states, {"gpu04": "ssh: connect to host gpu04 port 22: No route to host"},
                         ["gpu01", "gpu02", "gpu03", "gpu04"])
 
 
@@ -96,3 +112,13 @@ def test_an_active_check_that_could_not_run_reads_not_run(rows) -> None:
     text = status.format_status(rows, now=1795397421.0 + 30)
     assert "    NOT RUN dcgm-diag: not run: dcgmi is not installed (no DCGM on this node) (since " in text
     assert "dcgm-diag" not in text.split("NOT RUN dcgm-diag")[1].split("\n")[1]  # never listed as ok
+
+
+def test_the_node_table_is_what_status_asks_for_and_anything_else_is_refused() -> None:
+    from gpucluster import slurmtext
+
+    assert status.SHOW_NODES[:2] == ["sh", "-c"] and "scontrol --json show node" in status.SHOW_NODES[2]
+    with pytest.raises(slurmtext.SlurmOutputError, match=r"^scontrol --json show node .*: not JSON"):
+        status.merge(SHOW, SINFO, {})
+    with pytest.raises(slurmtext.SlurmOutputError, match=r"line 1: .* is not TIME\|USER"):
+        status.parse_sinfo_reasons("a\n" + SINFO)

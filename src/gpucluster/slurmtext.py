@@ -17,7 +17,7 @@ Which command each Slurm line offers (measured on Debian's 22.05.8, trixie's 24.
   node` (their `sinfo --json` groups nodes by state and keeps one reason per group);
 - the job queue: `squeue --json` on every line (22.05's ignores -t and -w: the answer is filtered here).
 
-Standard library (and python-hostlist) only: the Ansible filters import this module on the controller."""
+The Ansible filters import this module on the controller, where gpucluster is installed."""
 
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import hostlist
+
+from gpucluster.errors import OperationError
 
 # Lines of slurm.conf that are records (several Key=Value on one line), not settings.
 RECORD_KEYS = frozenset(("nodename", "partitionname", "nodeset", "downnodes", "frontendname", "switchname",
@@ -93,6 +95,7 @@ NODES_JSON = ("scontrol", "--json", "show", "node")  # 23.02 and later
 NODES_JSON_2205 = ("sinfo", "--json")  # 22.05: one record per node, the same fields
 # The node table from a shell (one SSH command): scontrol's JSON, else (22.05) sinfo's.
 NODES_SH = "out=$(scontrol --json show node 2>/dev/null) && printf '%s\\n' \"$out\" || exec sinfo --json"
+NODES_LABEL = "scontrol --json show node (22.05: sinfo --json)"  # NODES_SH, as an error names it
 JOBS_JSON = ("squeue", "--json")
 NODE_STATES = ("sinfo", "-h", "-N", "-o", "%N %t")  # no free text: a name and sinfo's compact state
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a node name as slurm.conf takes it (no space, no '=')
@@ -100,8 +103,9 @@ _TOKEN = re.compile(r"[A-Z][A-Z_]*")  # a state word (IDLE, DRAIN, REBOOT_ISSUED
 _COMPACT = re.compile(r"[a-z]+[*~#!%$@^+-]?")  # sinfo %t: idle, drain*, mix-, down~
 
 
-class SlurmOutputError(ValueError):
-    """A Slurm command's output could not be read as that command's output: which command, what was wrong."""
+class SlurmOutputError(OperationError):
+    """A Slurm command failed, or its output could not be read as that command's output: which command, what
+    was wrong (the CLI prints it and exits 1, as for any outside tool)."""
 
     def __init__(self, command: str | Sequence[str], what: str) -> None:
         self.command = command if isinstance(command, str) else " ".join(command)
@@ -258,6 +262,12 @@ def parse_node_states(text: str, command: str | Sequence[str] = NODE_STATES) -> 
             raise SlurmOutputError(command, f"line {n}: {line[:80]!r} is not 'NODE STATE'")
         out.setdefault(parts[0], parts[1])
     return out
+
+
+def printable(text: str) -> str:
+    """Free text for a terminal: control characters (newlines, escape sequences) written as escapes, so a
+    reason or a job name can neither move the cursor nor fake a line of the report."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
 
 
 def _failed(command: Sequence[str], res: subprocess.CompletedProcess) -> SlurmOutputError:

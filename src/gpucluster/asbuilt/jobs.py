@@ -17,12 +17,14 @@ Ports come from the job id (both ends know it, and a stale server of an earlier 
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field
 
 from gpucluster.asbuilt.tooloutput import MARK
 
 JOB_NAME = "gpucluster-fabric-test"
+_CASE = re.compile(r"@@gpucluster-case (\d+) rc=(\d+)")  # the round script's line before each case's output
 # GPU vendors and PCI classes: the same scan as the nvidia_gpu, amd_gpu and nccl roles (display, 3D,
 # processing accelerator); device files alone prove nothing (staged nodes carry stand-in /dev/nvidiaN).
 GPU_PCI = (("0x10de", ("0x0300", "0x0302")), ("0x1002", ("0x0300", "0x0302", "0x0380", "0x1200")))
@@ -192,19 +194,16 @@ def round_script(argvs: list[list[str]], parallel: int) -> str:
 
 
 def split_round(text: str) -> dict[int, tuple[int, str]]:
-    """The round script's output: case index -> (srun's exit status, its labelled output)."""
+    """The round script's output: case index -> (srun's exit status, its labelled output). A case line is
+    the whole line, in order (case 0, 1, ...), so a task's output that looks like one (srun labels every
+    task line, but a job may print anything) stays that case's output instead of starting a case."""
     out: dict[int, tuple[int, list[str]]] = {}
     current = None
     for line in text.splitlines():
-        if line.startswith("@@gpucluster-case "):
-            words = line.split()
-            try:
-                current = int(words[1])
-                rc = int(words[2].partition("=")[2])
-            except (IndexError, ValueError):
-                current = None
-                continue
-            out[current] = (rc, [])
+        m = _CASE.fullmatch(line)
+        if m and int(m.group(1)) == len(out):
+            current = len(out)
+            out[current] = (int(m.group(2)), [])
         elif current is not None:
             out[current][1].append(line)
     return {i: (rc, "\n".join(lines)) for i, (rc, lines) in out.items()}

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import yaml
 
+from gpucluster import slurmtext
 from gpucluster.asbuilt import jobs
 from gpucluster.asbuilt.fabrictest import Case, Outcome, Verdict, cases, run_test, unit_hosts
 from gpucluster.asbuilt.measure import measure
@@ -186,14 +187,13 @@ class SlurmRunner:
         """The tested nodes Slurm can use now (sinfo); the others are said, and their cases fail."""
         nodes = self.nodes()
         compute = set(self.inv.group("slurm_compute"))
-        res = ssh(self.submit, f"sinfo -h -N -o '%N %t' -n {shlex.quote(','.join(nodes))}", timeout=120)
+        argv = [*slurmtext.NODE_STATES, "-n", ",".join(nodes)]
+        res = ssh(self.submit, shlex.join(argv), timeout=120)
         if res.returncode != 0:
             raise OperationError(f"sinfo on {self.submit.name} failed (exit {res.returncode}): {_tail(res)}; is "
                                  "slurmctld up and the inventory's login/controller host reachable?")
-        for line in res.stdout.splitlines():
-            parts = line.split()
-            if len(parts) == 2:
-                self.states.setdefault(parts[0], parts[1])
+        for node, state in slurmtext.parse_node_states(res.stdout or "", argv).items():
+            self.states.setdefault(node, state)
         usable = []
         for n in nodes:
             state = self.states.get(n, "unknown to Slurm")

@@ -4,7 +4,8 @@ sets it), matched against the hosts each change touches.
 
 A change hits a job when the job runs on a host the change touches. What that means depends on the class:
 drain and reboot wait for those jobs to end (the nodes take no new job meanwhile); restart and reconfigure
-classes leave them running. The controller not answering is no error of the diff: the result says so."""
+classes leave them running. The controller not answering is no error of the diff: the result says so. The
+queue is read as `squeue --json` (slurmtext): a job's name is data, whatever it holds (a newline, `|`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import hostlist
+
+from gpucluster import slurmtext
 
 Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
 STATES = "RUNNING,COMPLETING,CONFIGURING,SUSPENDED"
@@ -36,22 +39,13 @@ def local_runner(cmd: Sequence[str]) -> subprocess.CompletedProcess:
 
 def running_jobs(run: Runner = local_runner) -> tuple[list[Job] | None, str | None]:
     """(jobs, None) when the controller answered; (None, why) when it did not."""
-    cmd = ["squeue", "-h", "-t", STATES, "-o", "%i|%u|%N|%j"]
     try:
-        res = run(cmd)
+        found = slurmtext.read_jobs(run, STATES.split(","))
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"squeue: {exc}"
-    if res.returncode != 0:
-        last = ((res.stderr or "").strip().splitlines() or [""])[-1]
-        return None, f"squeue exited {res.returncode}: {last[-300:]}"
-    jobs = []
-    for line in (res.stdout or "").splitlines():
-        parts = line.split("|", 3)
-        if len(parts) == 4:
-            jid, user, nodes, name = parts
-            names = frozenset(hostlist.expand_hostlist(nodes)) if nodes and nodes != "(null)" else frozenset()
-            jobs.append(Job(jid, user, name, names, nodes))
-    return jobs, None
+    except slurmtext.SlurmOutputError as exc:
+        return None, str(exc)
+    return [Job(j.id, j.user, j.name, j.nodes, j.nodelist) for j in found], None
 
 
 def touched(hosts: Sequence[str]) -> frozenset[str]:

@@ -1,23 +1,27 @@
 """`gpucluster health status`: drained nodes by reason, who drained them and since when, and each node's
 last check results. Pure functions over Slurm's own output and the nodes' state files; the SSH that
-fetches them is remote.py.
+fetches them is remote.py. The node table is read as JSON (slurmtext): a reason is data, whatever it holds
+(a newline, ` State=IDLE`, `|`), and its user and time come with it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 
 import hostlist
 
+from gpucluster import slurmtext
 from gpucluster.node.decide import PREFIX, is_drained
-from gpucluster.node.slurmctl import parse_nodes
 from gpucluster.words import plural
 
-# What the controller is asked (full reasons: a -o field without a width is never cut).
+# What the controller is asked: the node table as JSON (scontrol's, else 22.05's sinfo's), and sinfo's
+# reasons (read only by parse_sinfo_reasons: the node table already has each reason, its user and time).
 SINFO_REASONS = ["sinfo", "-R", "-h", "-o", "%H|%u|%N|%T|%E"]
-SHOW_NODES = ["scontrol", "show", "node", "-o"]
+SHOW_NODES = ["sh", "-c", slurmtext.NODES_SH]
+_WHEN = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|Unknown")
 
 
 @dataclass
@@ -47,14 +51,23 @@ class NodeStatus:
 
 def parse_sinfo_reasons(text: str) -> dict[str, dict[str, str]]:
     """`sinfo -R -h -o '%H|%u|%N|%T|%E'` -> node -> {time, user, state, reason}; a line's nodes are a
-    hostlist (sinfo groups the nodes that share a reason). The reason is last: it may hold '|'."""
+    hostlist (sinfo groups the nodes that share a reason). The reason is last: it may hold '|'. A reason
+    holding a newline cannot be told from a record here, which is why `merge` reads the JSON node table;
+    a line that is not a record is an error (slurmtext.SlurmOutputError), never skipped."""
+    command = " ".join(SINFO_REASONS)
     out: dict[str, dict[str, str]] = {}
-    for line in text.splitlines():
-        parts = line.split("|", 4)
-        if len(parts) != 5:
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
             continue
+        parts = line.split("|", 4)
+        if len(parts) != 5 or not _WHEN.fullmatch(parts[0].strip()):
+            raise slurmtext.SlurmOutputError(command, f"line {n}: {line[:80]!r} is not TIME|USER|NODES|STATE|REASON")
         when, user, nodes, state, reason = (p.strip() for p in parts)
-        for node in hostlist.expand_hostlist(nodes):
+        try:
+            names = hostlist.expand_hostlist(nodes)
+        except hostlist.BadHostlist:
+            raise slurmtext.SlurmOutputError(command, f"line {n}: {nodes[:80]!r} is not a hostlist") from None
+        for node in names:
             out[node] = {"time": when, "user": user, "state": state, "reason": reason}
     return out
 
@@ -69,19 +82,19 @@ def parse_state_file(text: str) -> dict:
 
 def merge(show_nodes: str, sinfo_reasons: str, states: dict[str, dict], errors: dict[str, str] | None = None,
           nodes: list[str] | None = None) -> list[NodeStatus]:
-    """One row per node (those `nodes` names, else every node scontrol lists): Slurm's state and reason,
-    the reason's user and time (sinfo's, else scontrol's), and the node's own last run."""
-    shown = parse_nodes(show_nodes)
-    reasons = parse_sinfo_reasons(sinfo_reasons)
+    """One row per node (those `nodes` names, else every node Slurm lists): Slurm's state, reason, the
+    reason's user and time, from `show_nodes` (the output of SHOW_NODES: the JSON node table), and the
+    node's own last run. `sinfo_reasons` is not read: everything it says, the node table says whole.
+    Raises slurmtext.SlurmOutputError when `show_nodes` is not the node table."""
+    del sinfo_reasons
+    shown = slurmtext.parse_nodes_json(show_nodes, slurmtext.NODES_LABEL)
     rows = []
     for name in nodes if nodes is not None else sorted(shown):
-        info = shown.get(name, {})
-        why = reasons.get(name, {})
+        info = shown.get(name)
         st = states.get(name, {})
         rows.append(NodeStatus(
-            name=name, state=info.get("State", "?"), reason=info.get("reason") or why.get("reason", ""),
-            reason_user=info.get("reason_user") or why.get("user", ""),
-            reason_time=info.get("reason_time") or why.get("time", ""),
+            name=name, state=info.state if info else "?", reason=info.reason if info else "",
+            reason_user=info.reason_user if info else "", reason_time=info.reason_time if info else "",
             checks=st.get("checks", {}), last_run=st.get("started"), action=st.get("action", ""),
             why=st.get("why", ""), fetch_error=(errors or {}).get(name, "")))
     return rows
@@ -104,7 +117,7 @@ def format_status(rows: list[NodeStatus], now: float | None = None) -> str:
     drained = [r for r in rows if r.drained]
     by_reason: dict[str, list[NodeStatus]] = {}
     for r in drained:
-        by_reason.setdefault(r.reason or "(no reason)", []).append(r)
+        by_reason.setdefault(slurmtext.printable(r.reason) or "(no reason)", []).append(r)
     lines.append(f"drained: {len(drained)} of {plural(len(rows), 'node')}")
     for reason, group in sorted(by_reason.items()):
         first = group[0]
@@ -112,7 +125,7 @@ def format_status(rows: list[NodeStatus], now: float | None = None) -> str:
             "drained by hand: never resumed by gpucluster"
         lines.append(f"  {reason}")
         lines.append(f"    {hostlist.collect_hostlist([r.name for r in group])}: since {first.reason_time or '-'} "
-                     f"by {first.reason_user or '?'} ({note})")
+                     f"by {slurmtext.printable(first.reason_user) or '?'} ({note})")
     lines.append("last checks:")
     for r in rows:
         if r.fetch_error:

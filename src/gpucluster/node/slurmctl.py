@@ -1,7 +1,10 @@
 """The node's state in Slurm, read and changed with scontrol: the thin layer under decide.py.
 
-Parsing is pure (`parse_node`, on `scontrol show node -o` lines) and shared with `gpucluster health
-status` on the controller side; the calls have short timeouts so a slow slurmctld costs seconds of the
+Parsing is pure (`parse_node`, on `scontrol show node -o` lines, the one output every supported line
+prints for a single node at the cost of one node; this file stands alone on nodes, so it reads that text
+itself rather than through gpucluster.slurmtext). A reason is free text: the fields are read from before
+`Reason=` only, the reason runs to Slurm's `[user@time]` stamp, and after it only the keys Slurm prints
+there are read, never over a field read before. The calls have short timeouts so a slow slurmctld costs seconds of the
 runner's budget, never a hung HealthCheckProgram. A run's calls go through a `Session`, which falls back
 to a private munged (privmunge.py) when scontrol cannot get a credential from the node's own.
 """
@@ -17,30 +20,45 @@ try:
 except ImportError:  # run as a script on a node: the files sit side by side
     import privmunge
 
-_REASON = re.compile(r"(?:^|\s)Reason=(?P<text>.*?)(?:\s\[(?P<user>[^\]@\s]+)@(?P<time>[^\]\s]+)\])?"
-                     r"(?=\s+(?:Comment|Extra|ResumeAfterTime)=|\s*$)")
+_STAMP = re.compile(r" \[(?P<user>[^\]@\s]+)@(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|Unknown)\]")
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z][\w/:.]*)=(\S*)")
+_REASON = re.compile(r"(?:^|\s)Reason=")
+# What scontrol prints after a node's reason (22.05 to 26.05), each only when set.
+AFTER_REASON = frozenset(("Comment", "Extra", "ResumeAfterTime", "InstanceId", "InstanceType", "Topology"))
 MIN_CALL_S = 0.2  # less time than this left in the run: the call is not made (it could not finish)
 
 
 def parse_node(line: str) -> dict[str, str]:
-    """One `scontrol show node -o` line: every simple Key=value, plus Reason (which holds spaces and
-    '=') split into reason, reason_user and reason_time ('' when the node has no reason)."""
+    """One `scontrol show node -o` line: every simple Key=value before Reason, plus Reason (free text: spaces,
+    '=', ` State=IDLE`) split into reason, reason_user and reason_time ('' when the node has no reason), and
+    the keys Slurm prints after a reason (AFTER_REASON) where they do not repeat one read before."""
     line = line.strip()
-    m = _REASON.search(line)
-    head = line[: m.start()] if m else line
-    out = dict(_FIELD.findall(head))
-    out["reason"] = m.group("text").strip() if m else ""
-    out["reason_user"] = (m.group("user") or "") if m else ""
-    out["reason_time"] = (m.group("time") or "") if m else ""
-    if m:
-        out.update(dict(_FIELD.findall(line[m.end():])))
+    at = _REASON.search(line)  # the first: every field before it is Slurm's own
+    out = dict(_FIELD.findall(line[:at.start()] if at else line))
+    out["reason"] = out["reason_user"] = out["reason_time"] = ""
+    if at is None:
+        return out
+    rest = line[at.end():]
+    stamp = _STAMP.search(rest)
+    if stamp is None:
+        out["reason"] = rest.strip()
+        return out
+    out["reason"] = rest[:stamp.start()].strip()
+    out["reason_user"], out["reason_time"] = stamp.group("user"), stamp.group("time")
+    for key, value in _FIELD.findall(rest[stamp.end():]):
+        if key in AFTER_REASON:
+            out.setdefault(key, value)
     return out
 
 
 def parse_nodes(text: str) -> dict[str, dict[str, str]]:
-    return {n["NodeName"]: n for n in (parse_node(line) for line in text.splitlines()
-                                        if line.startswith("NodeName="))}
+    """Every node's first line: a comment holding a newline cannot replace a node read before it."""
+    out: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        if line.startswith("NodeName="):
+            node = parse_node(line)
+            out.setdefault(node["NodeName"], node)
+    return out
 
 
 def _scontrol(args: list[str], env: dict, timeout: float) -> tuple[int, str]:

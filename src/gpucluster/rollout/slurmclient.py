@@ -1,11 +1,11 @@
 """The rollout's view of Slurm: scontrol, squeue and sinfo through one `run` function, so the same class
 drives a real cluster (the clients on this machine, or on the inventory's first controller over SSH) and the
 emulator (its clients and SLURM_CONF). Only what a rollout needs: node states and reasons, drain, resume,
-reboot, a maintenance reservation, reconfigure."""
+reboot, a maintenance reservation, reconfigure. What Slurm says is read by `slurmtext` (the node table and
+the queue as --json): a reason or a job name is data, whatever it holds."""
 
 from __future__ import annotations
 
-import re
 import shlex
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
@@ -17,7 +17,6 @@ from gpucluster import slurmtext
 
 Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
 OURS = "gpc:"  # every reason gpucluster writes starts so; any other reason is a person's (or another tool's)
-_STAMP = re.compile(r"\s*\[[^\]@]*@[^\]]*\]\s*$")  # scontrol appends " [user@time]" to a reason
 BUSY = {"ALLOCATED", "MIXED", "COMPLETING"}
 REBOOTING = {"REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOT"}
 OUT = {"DRAIN", "DOWN", "FAIL", "MAINT"}
@@ -58,7 +57,7 @@ def ssh_runner(host, *, timeout: float = 120) -> Runner:
 class NodeState:
     name: str
     states: frozenset[str]
-    reason: str  # without scontrol's " [user@time]" stamp; "" when none
+    reason: str  # exactly as set (no scontrol stamp); "" when none
 
     @property
     def out(self) -> bool:
@@ -85,22 +84,20 @@ class NodeState:
         return bool(self.states & REBOOTING)
 
 
-def parse_nodes(text: str) -> dict[str, NodeState]:
-    """`scontrol show node -o` -> name -> NodeState (State=IDLE+DRAIN, Reason=... [user@time])."""
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("NodeName="):
-            raw = slurmtext.record(line)
-            state = raw.get("State", "")
-            reason = _STAMP.sub("", raw.get("Reason", "")).strip()
-            out[raw["NodeName"]] = NodeState(raw["NodeName"], frozenset(filter(None, state.split("+"))),
-                                             "" if reason in ("(null)", "None") else reason)
-    return out
+def parse_nodes(text: str, command: str = " ".join(slurmtext.NODES_JSON)) -> dict[str, NodeState]:
+    """The node table (`scontrol --json show node`, or 22.05's `sinfo --json`) -> name -> NodeState. Raises
+    slurmtext.SlurmOutputError when it is not that."""
+    return {n: _state(node) for n, node in slurmtext.parse_nodes_json(text, command).items()}
+
+
+def _state(node: slurmtext.SlurmNode) -> NodeState:
+    return NodeState(node.name, node.states, node.reason)
 
 
 class Slurm:
     def __init__(self, run: Runner = local_runner):
         self._run = run
+        self._table = slurmtext.NodeTable(run)
 
     def _ok(self, *cmd: str) -> str:
         res = self._run(list(cmd))
@@ -109,7 +106,10 @@ class Slurm:
         return res.stdout or ""
 
     def nodes(self, names: Iterable[str] | None = None) -> dict[str, NodeState]:
-        found = parse_nodes(self._ok("scontrol", "show", "node", "-o"))
+        try:
+            found = {n: _state(node) for n, node in self._table.read().items()}
+        except slurmtext.SlurmOutputError as exc:
+            raise SlurmError(str(exc)) from None
         return found if names is None else {n: found[n] for n in names if n in found}
 
     def drain(self, nodes: Sequence[str], reason: str) -> None:
@@ -153,8 +153,8 @@ class Slurm:
         self._ok("scontrol", "reconfigure")
 
     def running_jobs(self, nodes: Sequence[str]) -> list[str]:
-        if not nodes:
-            return []
-        out = self._ok("squeue", "-h", "-t", "RUNNING,COMPLETING,CONFIGURING", "-w",
-                       hostlist.collect_hostlist(list(nodes)), "-o", "%i")
-        return out.split()
+        """The ids of the jobs running (or completing, or configuring) on any of `nodes`."""
+        try:
+            return [j.id for j in slurmtext.read_jobs(self._run, ("RUNNING", "COMPLETING", "CONFIGURING"), nodes)]
+        except slurmtext.SlurmOutputError as exc:
+            raise SlurmError(str(exc)) from None

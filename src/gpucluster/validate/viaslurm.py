@@ -24,6 +24,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpucluster import slurmtext
 from gpucluster.errors import UsageError
 from gpucluster.inventory.reader import Host, Inventory
 from gpucluster.validate.suite import CHECKS_DIR, run_pytest
@@ -55,15 +56,14 @@ def _text(res: subprocess.CompletedProcess) -> str:
 
 def node_states(submit: Host, hosts: list[str]) -> dict[str, str]:
     """sinfo's compact state per node (idle, alloc, mix, down*, drain, ...)."""
-    res = ssh(submit, f"sinfo -h -N -o '%N %t' -n {','.join(hosts)}", timeout=60)
+    argv = [*slurmtext.NODE_STATES, "-n", ",".join(hosts)]
+    res = ssh(submit, shlex.join(argv), timeout=60)
     if res.returncode != 0:
         raise UsageError(f"--via-slurm: sinfo on {submit.name} failed: {_text(res)}")
-    out: dict[str, str] = {}
-    for line in res.stdout.decode().splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            out.setdefault(parts[0], parts[1])
-    return out
+    try:
+        return slurmtext.parse_node_states(res.stdout.decode(errors="replace"), argv)
+    except slurmtext.SlurmOutputError as exc:
+        raise UsageError(f"--via-slurm: on {submit.name}: {exc}") from None
 
 
 def usable(state: str) -> bool:
