@@ -38,7 +38,8 @@ def cmd_configure(args: argparse.Namespace) -> int:
 
     result = configure(args.inventory, playbook=args.playbook, limit=args.limit, tags=args.tags,
                        project=args.project_dir, secrets=args.secrets, check=args.check, diff=args.diff,
-                       batch=args.batch, state_dir=args.state_dir, verbose=args.verbose, log=log, live=None)
+                       batch=args.batch, state_dir=args.state_dir, rotate=args.rotate, verbose=args.verbose, log=log,
+                       live=None)
     if args.json:
         print_json({"ok": result.ok, "failed_hosts": result.failed_hosts, **vars(result)})
     else:
@@ -72,7 +73,7 @@ def _cmd_pull(args: argparse.Namespace) -> int:
         _pull_hosts, push_hosts = fleet(load_inventory(inventory_file(args.inventory)), args.limit)
         pushed = configure(args.inventory, playbook=args.playbook, limit=",".join(push_hosts), tags=args.tags,
                            project=args.project_dir, secrets=args.secrets, check=args.check, diff=args.diff,
-                           state_dir=args.state_dir, verbose=args.verbose, log=log, live=None)
+                           state_dir=args.state_dir, rotate=args.rotate, verbose=args.verbose, log=log, live=None)
         print(summary(pushed), file=out, flush=True)
         ok = pushed.ok
     values = None
@@ -144,6 +145,9 @@ def register(sub) -> None:
                    "(rolling; Ansible's serial), so a running cluster never loses every slurmd at once")
     p.add_argument("--state-dir", metavar="DIR", help="private state folder of this cluster (default "
                    "$XDG_STATE_HOME/gpucluster/<cluster> or ~/.local/state/gpucluster/<cluster>)")
+    p.add_argument("--rotate", metavar="SECRET", help="replace these secrets on every host that holds them: munge, "
+                   "slurmdbd, signing (comma separated), with the values --secrets or the state folder brings, else "
+                   "new ones. Without it a run refuses to replace a secret a host holds (docs/security.md)")
     p.add_argument("--playbook", default="site.yml", help="playbook under playbooks/ (default site.yml)")
     p.add_argument("--project-dir", metavar="DIR", help="folder with ansible.cfg, playbooks/, roles/ (default: "
                    "$GPUCLUSTER_HOME or the checkout)")

@@ -364,10 +364,25 @@ def _init(init_runner, pdd: Path, proj: Path, book: Path, inv: Path, extravars: 
     return runner
 
 
+ROTATABLE = ("munge", "slurmdbd", "signing")  # the secrets the first play guards (roles/*/tasks/guard.yml)
+
+
+def rotated_secrets(rotate: str | None) -> list[str]:
+    """The secrets `--rotate` names, checked: each one of ROTATABLE, comma separated, no repeats."""
+    if not rotate:
+        return []
+    names = [n.strip() for n in str(rotate).split(",")]
+    bad = [n for n in names if n not in ROTATABLE]
+    if bad or len(set(names)) != len(names):
+        raise UsageError(f"--rotate {rotate!r}: name secrets from {', '.join(ROTATABLE)}, comma separated, each once "
+                         f"(e.g. --rotate munge)")
+    return names
+
+
 def configure(inventory: str | os.PathLike, *, playbook: str = "site.yml", limit: str | None = None,
               tags: str | None = None, project: str | os.PathLike | None = None,
               secrets: str | os.PathLike | None = None, check: bool = False, diff: bool = False,
-              batch: int | None = None, state_dir: str | os.PathLike | None = None,
+              batch: int | None = None, state_dir: str | os.PathLike | None = None, rotate: str | None = None,
               verbose: bool = False, log: Log = print, live: bool | None = False) -> ConfigureResult:
     """Converge the cluster of `inventory` with playbooks/<playbook>; never raises for host failures.
 
@@ -375,13 +390,16 @@ def configure(inventory: str | os.PathLike, *, playbook: str = "site.yml", limit
     never a shared /tmp path), with a minimal environment. `secrets` is an extra-vars file (munge key,
     slurmdbd password) checked first; Ansible reads a private copy of the checked bytes (private_secrets),
     removed when the run ends, so its values stay out of the run's files. `check` and `diff` are Ansible's
-    --check and --diff; `batch` runs the Slurm play that many hosts at a time (serial). While it runs, a
+    --check and --diff; `batch` runs the Slurm play that many hosts at a time (serial); `rotate` names the secrets
+    (munge, slurmdbd, signing) the run may replace on hosts that hold another (rotated_secrets): without it the
+    first play stops the run where a host holds a secret this run does not bring (playbooks/site.yml). While it runs, a
     line says what is running where: redrawn in place on a terminal (`live`; None decides from stdout),
     else logged every 30 s when it changed."""
     from ansible_runner.interface import init_runner
 
     from gpucluster.inventory.reader import load_inventory
 
+    rotating = rotated_secrets(rotate)  # bad input is refused before anything is read or written
     inv = inventory_file(inventory).resolve()
     proj = project_dir(project)
     book = proj / "playbooks" / playbook
@@ -404,6 +422,8 @@ def configure(inventory: str | os.PathLike, *, playbook: str = "site.yml", limit
         ensure_compiled(str(spec), state)
     pdd = private_dir(state / "runner", what="Ansible run folder")
     extravars: dict[str, Any] = {"gpucluster_state_dir": str(state), "gpucluster_secrets_dir": str(secrets_dir)}
+    if rotating:
+        extravars["gpucluster_rotate_secrets"] = rotating
     if batch is not None:
         if batch < 1:
             raise UsageError(f"--batch {batch}: give at least 1 host per batch")
