@@ -245,3 +245,32 @@ def test_a_node_s_own_pull_skips_the_guards_of_what_it_skips(cluster):
     res = run_guard(cluster, "--skip-tags", "munge,signing")
     assert res.returncode == 0, res.stdout[-3000:]
     assert reached(cluster) == set(HOSTS)
+
+
+# ---------------------------------------------------------------- an inventory rewritten without --state-dir
+
+
+def _inventory(out: Path, *state: str) -> int:
+    from gpucluster.cli import main
+
+    spec = ROOT / "examples" / "staging.yaml"
+    return main(["inventory", str(spec), "-o", str(out), *(("--state-dir", state[0]) if state else ())])
+
+
+def test_an_inventory_that_names_a_state_folder_is_not_rewritten_to_the_default(tmp_path, capsys):
+    out, state = tmp_path / "inv", tmp_path / "state"
+    assert _inventory(out, str(state)) == 0
+    before = (out / "group_vars" / "all.yml").read_bytes()
+    capsys.readouterr()
+    assert _inventory(out) == 2
+    err = capsys.readouterr().err
+    assert f"--state-dir {state}" in err and "Traceback" not in err
+    assert (out / "group_vars" / "all.yml").read_bytes() == before, "nothing was written"
+    assert _inventory(out, str(state)) == 0, "the same folder, named again"
+    assert _inventory(out, str(tmp_path / "elsewhere")) == 0, "another folder, named on purpose"
+
+
+def test_an_inventory_on_the_default_state_folder_is_rewritten_as_before(tmp_path):
+    out = tmp_path / "inv"
+    assert _inventory(out) == 0
+    assert _inventory(out) == 0

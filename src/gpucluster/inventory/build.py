@@ -51,11 +51,34 @@ def _checked_path(path: Path, what: str) -> str:
     return text
 
 
+def keeps_state_folder(output: Path, state_dir: str | os.PathLike | None) -> None:
+    """Refuse to rewrite an inventory that names a state folder so that it names another one, unless --state-dir
+    says which. The state folder holds the cluster's secrets: an inventory rewritten without --state-dir points
+    configure at each operator's default folder, which has none, and a converge from there would install new
+    ones (the secrets guard in playbooks/site.yml stops it; this stops it sooner, where the mistake is made)."""
+    from gpucluster.inventory.reader import INVENTORY_NAMES, load_inventory
+    from gpucluster.inventory.statedir import literal
+
+    if state_dir or not any((output / name).is_file() for name in INVENTORY_NAMES):
+        return
+    try:
+        old = literal(load_inventory(output).vars.get("gpucluster_state_dir"))
+    except UsageError:
+        return  # not an inventory this rewrite could take a state folder from: replaced whole
+    if old:
+        raise UsageError(f"{output}: this inventory points at the state folder {old}, which holds the cluster's "
+                         "secrets; written again without --state-dir it would point at each operator's default "
+                         f"folder, and a converge from there has none. Pass --state-dir {old} to keep it (or "
+                         "another --state-dir to move on purpose, with the cluster's secrets: configure --secrets "
+                         "FILE)")
+
+
 def build_inventory(spec: str | os.PathLike, output: str | os.PathLike, *, ssh_config=None, hosts_file=None,
                     state_dir=None, cluster: Cluster | None = None) -> Path:
     """Write the inventory folder of a spec; returns its hosts.yml. Raises SpecError (located) for a bad
     spec, ssh_config or hosts file: nothing is written then."""
     cluster = cluster or load_cluster(spec)
+    keeps_state_folder(Path(output), state_dir)
     per_host, extra = inventory_vars(cluster, connections(cluster, ssh_config=ssh_config, hosts_file=hosts_file),
                                      state_dir)
     return write_inventory(Path(output), cluster, per_host, extra)
