@@ -147,6 +147,9 @@ class FakeSlurm(Slurm):
     def release(self, name):
         self.calls.append(("release", ()))
 
+    def reconfigure(self):
+        self.calls.append(("reconfigure", ()))
+
     def touched(self, node: str) -> list[str]:
         return [what for what, nodes in self.calls if node in nodes]
 
@@ -234,3 +237,32 @@ def test_a_node_back_from_its_reboot_drained_for_another_reason_is_not_done(tmp_
     s = _engine("reboot", fake, tmp_path)
     assert s["nodes"][node]["outcome"] == "by-hand" and fake.node[node] == [{"IDLE", "DRAIN"}, OTHERS["health"]]
     assert {s["nodes"][n]["outcome"] for n in hosts if n != node} == {"done"}
+
+
+class _NoDaemons:
+    """resize.Controller that does nothing: the grow's Slurm side is the fake's."""
+
+    def load_config(self, nodes): ...
+    def restart_slurmctld(self): ...
+    def restart_slurmd(self, nodes): ...
+    def start_slurmd(self, nodes): ...
+    def stop_slurmd(self, nodes): ...
+
+
+@pytest.mark.parametrize("reason", [OTHERS["health"], "gpc:grow rs-10"], ids=["health", "same-prefix"])
+def test_a_grow_resumes_only_new_nodes_with_its_own_reason(reason) -> None:
+    """A new node drained for another reason while it is checked (a health check; a grow whose id this one's
+    prefixes) stays out of service: the grow resumes only nodes whose reason is still its own."""
+    from gpucluster.rollout.resize import Resize, grow
+
+    new = ["gti0013", "gti0014"]
+    fake = FakeSlurm(new)
+
+    def check(nodes):
+        fake.set(new[1], {"IDLE", "DRAIN"}, reason)
+        return {}
+
+    assert grow(Resize(tuple(new), (), (), "24.11", "reconfigure"), _NoDaemons(), fake, "rs-1", check=check,
+                say=lambda _: None) == {}
+    assert fake.touched(new[0]) == ["drain", "resume"] and fake.node[new[0]] == [{"IDLE"}, ""]
+    assert "resume" not in fake.touched(new[1]) and fake.node[new[1]] == [{"IDLE", "DRAIN"}, reason]

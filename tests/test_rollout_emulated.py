@@ -4,7 +4,8 @@ was running on its nodes then. Reboot class: the reboot is the emulator's (Reboo
 slurmd and starts it again with -b, a new boot time, so slurmctld sees a node that rebooted).
 
 What must hold: no job killed (every job ends COMPLETED), every node back in service, a node drained by
-hand before the rollout stays drained and is never counted done, and a rollout killed with SIGKILL in a
+hand, or with a gpc: reason not this rollout's (a health check's, another rollout's), stays drained with its
+reason and is never counted done, and a rollout killed with SIGKILL in a
 wave (a real subprocess, killed while the wave waits for a running job) finishes with --resume and leaves
 no node drained by it, for both classes."""
 

@@ -195,7 +195,7 @@ def _run(mode: str, folder: Path) -> subprocess.CompletedProcess:
         argv = [sys.executable, "-m", "gpucluster.cli", "rollout", str(STAGING), "--change", "drain",
                 "--state-dir", str(folder), f"--{mode}"]
     env = {**os.environ, "PATH": "/nonexistent"}  # no Slurm client can be reached, should it get that far
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=ROOT, env=env,
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd=ROOT, env=env,
                           stdin=subprocess.DEVNULL)
 
 
@@ -247,6 +247,8 @@ def test_a_new_rollout_does_not_write_through_a_link(tmp_path) -> None:
     os.symlink(tmp_path / "elsewhere", folder / st.NAME)
     argv = [sys.executable, "-m", "gpucluster.cli", "rollout", str(STAGING), "--change", "drain", "--state-dir",
             str(folder)]
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=ROOT, stdin=subprocess.DEVNULL)
+    env = {**os.environ, "PATH": "/nonexistent"}  # no Slurm client: were the link not refused, exit 1
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd=ROOT, env=env,
+                         stdin=subprocess.DEVNULL)
     assert res.returncode == 2 and "is a link" in res.stderr and "Traceback" not in res.stderr, res
     assert not (tmp_path / "elsewhere").exists()
