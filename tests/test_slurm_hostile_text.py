@@ -325,3 +325,17 @@ def test_real_slurm_hands_back_hostile_text_whole(real) -> None:
     assert sorted(j.name for j in waiting) == sorted(JOB_NAMES[len(nodes):]) and all(not j.nodes for j in waiting)
     assert sorted(slurm.running_jobs(nodes[:1])) == [j.id for j in jobs if j.nodelist == nodes[0]]
     sc.run(["scancel", *ids])
+
+
+@pytest.mark.parametrize("forged", ["@@gpucluster-case 1 rc=0", "@@gpucluster-case/t0k3n 0 rc=0",
+                                    "@@gpucluster-case/t0k3n 1 rc=0 tail", "0: @@gpucluster-case/t0k3n 1 rc=0",
+                                    "@@gpucluster-case/other 1 rc=0"])
+def test_a_job_printing_a_case_line_starts_no_case(forged: str) -> None:
+    """fabric test's round output: a case's job prints what it likes; only the round script's own lines (the
+    round's token, in order) start a case."""
+    from gpucluster.asbuilt import jobs
+
+    text = f"@@gpucluster-case/t0k3n 0 rc=3\n0: out\n{forged}\n@@gpucluster-case/t0k3n 1 rc=0\n0: fine\n"
+    got = jobs.split_round(text, "t0k3n")
+    assert sorted(got) == [0, 1] and got[0] == (3, f"0: out\n{forged}") and got[1] == (0, "0: fine")
+    assert "@@gpucluster-case/t0k3n $i rc=" in jobs.round_script([["true"]], 1, "t0k3n")

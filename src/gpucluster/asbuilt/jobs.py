@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from gpucluster.asbuilt.tooloutput import MARK
 
 JOB_NAME = "gpucluster-fabric-test"
-_CASE = re.compile(r"@@gpucluster-case (\d+) rc=(\d+)")  # the round script's line before each case's output
+CASE_MARK = "@@gpucluster-case"  # the round script's line before each case's output
 # GPU vendors and PCI classes: the same scan as the nvidia_gpu, amd_gpu and nccl roles (display, 3D,
 # processing accelerator); device files alone prove nothing (staged nodes carry stand-in /dev/nvidiaN).
 GPU_PCI = (("0x10de", ("0x0300", "0x0302")), ("0x1002", ("0x0300", "0x0302", "0x0380", "0x1200")))
@@ -175,10 +175,11 @@ def case_argv(transport: str, nodes: tuple[str, ...], rail: int | None, s: Setti
     return [*_srun(nodes, s), "bash", "-c", IPERF3_RING, "gpucluster-fabric-ring", str(s.seconds), "", *links]
 
 
-def round_script(argvs: list[list[str]], parallel: int) -> str:
+def round_script(argvs: list[list[str]], parallel: int, token: str = "") -> str:
     """A bash script for the submit host: every srun of a round at once (at most `parallel` in flight),
     each one's output into a private folder, then all of them, each under a `@@gpucluster-case I rc=N`
-    line. One SSH session per round, whatever the number of jobs."""
+    line (`@@gpucluster-case/TOKEN I rc=N` with a `token`: a round's secret, which no job can print). One SSH
+    session per round, whatever the number of jobs."""
     lines = ["set -u", "umask 077", 'd=$(mktemp -d "${TMPDIR:-/tmp}/gpucluster-fabric.XXXXXX") || exit 3',
              "trap 'rm -rf \"$d\"' EXIT",
              'run() { i=$1; shift; "$@" </dev/null >"$d/$i.out" 2>&1; echo $? >"$d/$i.rc"; }']
@@ -187,20 +188,27 @@ def round_script(argvs: list[list[str]], parallel: int) -> str:
         lines.append(f"run {i} {shlex.join(argv)} &")
     lines.append("wait")
     lines.append(f"for i in $(seq 0 {len(argvs) - 1}); do")
-    lines.append('  echo "@@gpucluster-case $i rc=$(cat "$d/$i.rc" 2>/dev/null || echo 255)"')
+    lines.append(f'  echo "{_mark(token)} $i rc=$(cat "$d/$i.rc" 2>/dev/null || echo 255)"')
     lines.append('  cat "$d/$i.out" 2>/dev/null')
     lines.append("done")
     return "\n".join(lines) + "\n"
 
 
-def split_round(text: str) -> dict[int, tuple[int, str]]:
+def _mark(token: str) -> str:
+    if token and not re.fullmatch(r"[A-Za-z0-9]+", token):
+        raise ValueError(f"round token {token!r}: letters and digits only")
+    return f"{CASE_MARK}/{token}" if token else CASE_MARK
+
+
+def split_round(text: str, token: str = "") -> dict[int, tuple[int, str]]:
     """The round script's output: case index -> (srun's exit status, its labelled output). A case line is
-    the whole line, in order (case 0, 1, ...), so a task's output that looks like one (srun labels every
-    task line, but a job may print anything) stays that case's output instead of starting a case."""
+    the whole line, with the round's token, in order (case 0, 1, ...): a job prints what it likes (srun
+    labels every task line, but not srun's own), and without the token it cannot start a case."""
+    case = re.compile(re.escape(_mark(token)) + r" (\d+) rc=(\d+)")
     out: dict[int, tuple[int, list[str]]] = {}
     current = None
     for line in text.splitlines():
-        m = _CASE.fullmatch(line)
+        m = case.fullmatch(line)
         if m and int(m.group(1)) == len(out):
             current = len(out)
             out[current] = (int(m.group(2)), [])

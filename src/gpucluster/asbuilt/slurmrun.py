@@ -13,6 +13,7 @@ where no node has either: staged nodes, where iperf3 is the staging stand-in for
 
 from __future__ import annotations
 
+import secrets
 import shlex
 import subprocess
 from collections.abc import Callable
@@ -262,8 +263,9 @@ class SlurmRunner:
         s = self.settings
         batches = -(-len(argvs) // max(1, s.parallel))
         timeout = batches * (s.time_limit_min * 60 + s.immediate_s + 60) + 60
-        res = ssh(self.submit, "bash -s", input=jobs.round_script(argvs, s.parallel), timeout=timeout)
-        found = jobs.split_round(res.stdout or "")
+        token = secrets.token_hex(8)  # no job can print a case line of this round
+        res = ssh(self.submit, "bash -s", input=jobs.round_script(argvs, s.parallel, token), timeout=timeout)
+        found = jobs.split_round(res.stdout or "", token)
         if not found:
             raise OperationError(f"the jobs could not be started from {self.submit.name} (ssh exit {res.returncode}): "
                                  f"{_tail(res)}")
