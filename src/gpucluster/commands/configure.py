@@ -174,16 +174,19 @@ def register(sub) -> None:
                    "wait for every node's result (default 1800; 0 publishes and returns)")
     p.set_defaults(func=cmd_configure)
 
-    q = sub.add_parser("secrets", help="write the cluster's secrets (munge key, slurmdbd password) to a 0600 "
+    q = sub.add_parser("secrets", help="write the cluster's secrets (munge key, slurmdbd password, bundle-signing "
+                                       "key) to a 0600 "
                                        "extra-vars file outside the checkout, for configure --secrets",
-                       description="Write the cluster's secrets, a munge key and the slurmdbd password, to a 0600 "
+                       description="Write the cluster's secrets, a munge key, the slurmdbd password and the "
+                                   "bundle-signing key, to a 0600 "
                                    "file in a private folder outside the checkout: generated here, or taken from a "
                                    "Pulumi stack that generated them. configure --secrets reads it.",
                        epilog="examples:\n  gpucluster secrets --generate -o ~/.config/gpucluster/prod.json\n"
                               "  gpucluster secrets --pulumi-stack meta-24k-roce\n",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     how = q.add_mutually_exclusive_group(required=True)
-    how.add_argument("--generate", action="store_true", help="generate a new munge key and slurmdbd password")
+    how.add_argument("--generate", action="store_true", help="generate a new munge key, slurmdbd password and "
+                     "bundle-signing key")
     how.add_argument("--pulumi-stack", metavar="STACK", help="read the secrets a `pulumi up` of this stack generated")
     q.add_argument("-o", "--output", metavar="FILE", help="file to write (required with --generate; default for a "
                    "stack: $XDG_RUNTIME_DIR/gpucluster/secrets/STACK.json, else "

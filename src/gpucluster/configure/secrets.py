@@ -42,13 +42,15 @@ def _ed25519():
     return serialization, Ed25519PrivateKey
 
 
-def _signing_key() -> bytes:
-    """A new unencrypted OpenSSH ed25519 private key file."""
+def signing_key_b64() -> str:
+    """A new bundle-signing key: an unencrypted OpenSSH ed25519 private key file, as base64 (one line of text), the
+    form pull_runner_signing_key_b64 takes (this file's, and the Pulumi stack's ansibleSecrets)."""
     ser, Ed25519PrivateKey = _ed25519()
-    return Ed25519PrivateKey.generate().private_bytes(ser.Encoding.PEM, ser.PrivateFormat.OpenSSH, ser.NoEncryption())
+    key = Ed25519PrivateKey.generate().private_bytes(ser.Encoding.PEM, ser.PrivateFormat.OpenSSH, ser.NoEncryption())
+    return base64.b64encode(key).decode()
 
 
-def _is_signing_key(value: str) -> bool:
+def is_signing_key(value: str) -> bool:
     """An unencrypted OpenSSH ed25519 private key file as base64: what the role's gpucluster_secret (kind
     ssh-ed25519) accepts, checked here so a wrong key is refused before anything runs, not at the last play."""
     ser, Ed25519PrivateKey = _ed25519()
@@ -66,7 +68,7 @@ def generate() -> dict[str, str]:
     alphabet = string.ascii_letters + string.digits
     return {"munge_key_b64": base64.b64encode(secrets.token_bytes(MUNGE_KEY_BYTES)).decode(),
             "slurm_dbd_password": "".join(secrets.choice(alphabet) for _ in range(32)),
-            "pull_runner_signing_key_b64": base64.b64encode(_signing_key()).decode()}
+            "pull_runner_signing_key_b64": signing_key_b64()}
 
 
 def _inside_checkout(path: Path) -> Path | None:
@@ -164,7 +166,7 @@ def checked_secrets(path: str | os.PathLike) -> tuple[dict[str, str], bytes]:
             raise UsageError(f"{p}: munge_key_b64 is not base64; write the output of `base64 -w0 munge.key`") from None
         if len(key) < MUNGE_KEY_MIN:
             raise UsageError(f"{p}: munge_key_b64 decodes to {len(key)} bytes; munged needs at least {MUNGE_KEY_MIN}")
-    if "pull_runner_signing_key_b64" in data and not _is_signing_key(str(data["pull_runner_signing_key_b64"])):
+    if "pull_runner_signing_key_b64" in data and not is_signing_key(str(data["pull_runner_signing_key_b64"])):
         raise UsageError(f"{p}: pull_runner_signing_key_b64 is not an OpenSSH private key file as base64 (unencrypted, "
                          "ed25519); write the output of `ssh-keygen -q -t ed25519 -N '' -f KEY && base64 -w0 KEY`")
     if "slurm_dbd_password" in data and not PASSWORD_RE.match(str(data["slurm_dbd_password"])):

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 import pulumi
 
 from gpucluster.cluster import Cluster as Compiled
+from gpucluster.configure.secrets import is_signing_key
 from gpucluster.deploy import nodes as nodes_mod
 from gpucluster.deploy.enroll import node_entry
-from gpucluster.deploy.provider import FIXED_LENGTH, ClusterSecret, NodeEnrollment, is_signing_key
+from gpucluster.deploy.provider import FIXED_LENGTH, ClusterSecret, NodeEnrollment
 from gpucluster.deploy.settings import DeploySettings
 from gpucluster.deploy.stackoutputs import SLURM_FILES, file_hashes, inventory_args, inventory_json
 from gpucluster.fabric import Plan

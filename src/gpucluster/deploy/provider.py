@@ -30,6 +30,7 @@ import pulumi
 from pulumi import dynamic as dyn
 from pulumi.runtime import rpc
 
+from gpucluster.configure.secrets import signing_key_b64
 from gpucluster.deploy import enroll
 
 # What decides whether a batch must be checked again (plus expect and ssh, compared without file:line
@@ -140,32 +141,7 @@ class NodeEnrollment(dyn.Resource, module="gpucluster", name="NodeEnrollment"):
 
 # ---------------------------------------------------------------- secrets
 
-def signing_key_b64() -> str:
-    """A new bundle-signing key: an unencrypted OpenSSH ed25519 private key file, as base64 (one line of text).
-    What roles/pull_runner's gpucluster_secret (kind ssh-ed25519) and `gpucluster configure --secrets` accept
-    as pull_runner_signing_key_b64; the same format `gpucluster secrets --generate` writes. cryptography comes
-    with paramiko, which enrollment needs anyway."""
-    from cryptography.hazmat.primitives import serialization as ser
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    key = Ed25519PrivateKey.generate().private_bytes(ser.Encoding.PEM, ser.PrivateFormat.OpenSSH, ser.NoEncryption())
-    return base64.b64encode(key).decode()
-
-
-def is_signing_key(value: str) -> bool:
-    """Whether a value is what signing_key_b64 makes (base64 of an unencrypted OpenSSH ed25519 private key file):
-    a key brought as gpucluster:pullRunnerSigningKey is checked at `pulumi up`, not at the last play of a push."""
-    import binascii
-
-    from cryptography.exceptions import UnsupportedAlgorithm
-    from cryptography.hazmat.primitives import serialization as ser
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    try:
-        key = ser.load_ssh_private_key(base64.b64decode(value, validate=True), password=None)
-    except (binascii.Error, ValueError, TypeError, UnsupportedAlgorithm):
-        return False
-    return isinstance(key, Ed25519PrivateKey)
+# The bundle-signing key's form is configure.secrets's (signing_key_b64, is_signing_key): one writer, one check.
 
 
 SECRET_KINDS = {
