@@ -425,6 +425,8 @@ def collect(inv: Inventory, serial: int, hosts: list[str], want: str, wait: floa
                 except BadResult as exc:
                     bad[name] = f"result refused: {exc}"
                     continue
+                if one.bundle != want:  # a converged claim counts only for the bundle of this pointer
+                    one.failed, one.error = 1, one.error or f"ran bundle {one.bundle[:12] or '-'}, not {want[:12]}"
                 bad.pop(name, None)
                 got[name] = one
                 log(one.line())
