@@ -181,6 +181,7 @@ BUNDLES = [
     BundleCase("huge-pax-header", lambda: _pax_header(1 << 20), "extended tar header"),
     BundleCase("duplicate-member", lambda: _gz(_tar([_file("a", b"1"), _file("a", b"2")])), "appears twice"),
     BundleCase("oversize-download", lambda: b"\x1f\x8b" + b"\0" * 5000, "more than 4096", {"MAX_BYTES": 4096}),
+    BundleCase("not-published", lambda: None, "HTTP Error 404"),
     BundleCase("wrong-manifest-hash", lambda: _gz(_tar([_file("MANIFEST", b"")])), "MANIFEST hashes to"),
     BundleCase("manifest-bad-line", lambda: _gz(_tar([_file("MANIFEST", b"../../x\n")])), "MANIFEST hashes to"),
 ]
@@ -191,7 +192,9 @@ def test_a_hostile_bundle_is_refused_with_a_result(case, node, tmp_path, monkeyp
     for name, value in case.limits.items():
         monkeypatch.setattr(node, name, value)
     with _server(node, tmp_path) as srv:
-        (srv.published / f"{WANT}.tar.gz").write_bytes(case.build())
+        data = case.build()
+        if data is not None:
+            (srv.published / f"{WANT}.tar.gz").write_bytes(data)
         started = time.monotonic()
         rc = node.main(["run", "--hash", WANT, "--url", srv.url, "--host", "localhost"])
     out, _err = _no_traceback(capsys)
@@ -231,7 +234,9 @@ def test_a_slow_bundle_server_is_cut_off_at_the_fetch_deadline(node, tmp_path, m
         with conn:
             conn.recv(4096)
             conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 100000\r\n\r\n")
-            while not stop.wait(0.2):
+            for _ in range(25):  # 5 s at most, so a broken deadline fails the test instead of hanging it
+                if stop.wait(0.2):
+                    break
                 with contextlib.suppress(OSError):
                     conn.sendall(b"\x1f")
 
@@ -495,7 +500,7 @@ FLOODS = [
     FloodCase("no-directory-listing-nor-other-files", lambda port: [], (
         ("/", 404), ("/results/", 404), ("/results/localhost.json", 404), ("/../../etc/passwd", 404),
         ("/%2e%2e/etc/passwd", 404), (f"/{WANT}.tar.gz/", 404), (f"/.part-{WANT}", 404), ("/current.signed?x", 404),
-        (f"/{'0' * 64}.tar.gz", 404))),
+        (f"/{'0' * 64}.tar.gz", 404), ("/README", 404))),
 ]
 
 
