@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
 # Everything gpucluster needs on a fresh Debian 12 machine, idempotently and without questions:
 #   - Debian packages: Slurm + munge (the real consumer of rendered configs, emulated clusters),
-#     podman/runc/debootstrap (staged nodes, via scripts/stage-deps.sh), graphviz (fabric diagrams),
-#     chromium (the HTML plan's browser test), iperf3 + iproute2 (fabric test's ring script, in namespaces)
+#     podman/runc/debootstrap (staged nodes, via scripts/stage-deps.sh), graphviz (fabric diagrams)
 #   - the project's virtual environment in .venv with every Python dependency
+# With --tests (scripts/test.sh), also what only the tests use: chromium (the HTML plan's browser test), iperf3
+# (fabric test's ring script, in namespaces), and the Debian trixie and sid roots whose slurmctld verifies the
+# newer Slurm lines. The demo (scripts/demo.sh) runs without it and so sets up only what it uses.
 # Run as root (or with password-less sudo). Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
+
+tests=false
+case "${1:-}" in
+  --tests) tests=true ;;
+  "") ;;
+  *) echo "usage: bash scripts/setup.sh [--tests]" >&2; exit 2 ;;
+esac
 
 packages=(
   slurmctld slurmd slurm-client   # Debian's Slurm 22.05: tests start it on rendered configs
@@ -15,10 +24,14 @@ packages=(
   python3-venv                    # only used where the system python lacks venv
   openssh-client
   graphviz                        # dot: lays out the fabric diagram (plan --svg, plan --html)
-  chromium                        # headless browser: tests/test_report_browser.py loads plan.html
   fonts-dejavu-core               # the diagram's and the page's font, so text widths match everywhere
-  iperf3 iproute2                 # fabric test's stand-in transport, run between two network namespaces in a test
 )
+if $tests; then
+  packages+=(
+    chromium                      # headless browser: tests/test_report_browser.py loads plan.html
+    iperf3 iproute2               # fabric test's stand-in transport, run between two network namespaces in a test
+  )
+fi
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo -n "$@"; fi
@@ -54,7 +67,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 fi
 # The newer Slurm lines the tests verify on (24.11 from Debian trixie, 26.05 from sid): roots built once
 # with debootstrap from this machine's apt mirror, cached by recipe hash (gpucluster.emulate.roots).
-if [ "$(id -u)" -eq 0 ] && command -v debootstrap >/dev/null; then
+if $tests && [ "$(id -u)" -eq 0 ] && command -v debootstrap >/dev/null; then
   .venv/bin/python -m gpucluster.emulate.roots || echo "setup: WARNING: a Slurm root could not be built; its tests will say why"
 fi
 echo "setup: ready (.venv/bin/gpucluster)"

@@ -39,6 +39,7 @@ SAME_FLOOR = {
     ("deploy", "configure"),  # the stack's secrets are written with configure's secrets file writer
     ("rollout", "configure"),  # a live wave converges its held nodes with configure's run
     ("rollout", "validate"),  # a live wave's check reads validate's JUnit report for the nodes it holds
+    ("diff", "configure"),  # diff plans a secret rotation: the secrets configure --rotate may replace are configure's
 }
 
 

@@ -274,3 +274,33 @@ def test_an_inventory_on_the_default_state_folder_is_rewritten_as_before(tmp_pat
     out = tmp_path / "inv"
     assert _inventory(out) == 0
     assert _inventory(out) == 0
+
+
+# ---------------------------------------------------------------- rotation: planned by diff, asked of configure
+
+
+def test_diff_names_what_rotating_each_secret_disrupts(capsys):
+    from gpucluster.cli import main
+
+    spec = str(ROOT / "examples" / "staging.yaml")
+    assert main(["diff", spec, spec, "--rotate", "munge,slurmdbd,signing", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    got = {c["target"]: (c["class"], c["hosts"]) for c in doc["changes"]}
+    assert got == {"secret.munge": ("restart-slurmd", ["ctl01", "gpu[01-04]"]),
+                   "secret.slurmdbd": ("restart-slurmctld", ["ctl01"]),
+                   "secret.signing": ("none", ["ctl01", "gpu[01-04]", "flash01", "nfs01"])}
+    assert doc["class"] == "restart-slurmd"
+    assert main(["diff", spec, spec]) == 0
+    assert "no change" in capsys.readouterr().out, "without --rotate a spec against itself changes nothing"
+
+
+@pytest.mark.parametrize("value", ["bogus", "munge,munge", "munge;id", "-oProxyCommand=x", "{{7*191}}"])
+def test_an_unknown_secret_to_rotate_is_refused_before_anything_runs(tmp_path, capsys, value):
+    from gpucluster.cli import main
+
+    spec = str(ROOT / "examples" / "staging.yaml")
+    assert main(["diff", spec, spec, f"--rotate={value}"]) == 2
+    assert main(["configure", str(tmp_path / "no-inventory-read"), f"--rotate={value}"]) == 2
+    err = capsys.readouterr().err
+    assert "name secrets from munge, slurmdbd, signing" in err and "Traceback" not in err
+    assert "1337" not in err

@@ -98,8 +98,8 @@ FLAGS: dict[str, Flag] = {
     "--trigger": _f("choice", "", "with pull: how nodes learn of the bundle: ssh (now, one ssh per node) or timer"),
     "--wait": _f("float", "SECONDS", "with --trigger timer: how long to wait for every node's result"),
     "--batch": _f("int", "N", "reconfigure the Slurm daemons N hosts at a time"),
-    "--rotate": _f("text", "SECRET", "replace these secrets on every host that holds them (munge, slurmdbd, "
-                   "signing; comma separated): the one way a converge replaces a secret"),
+    "--rotate": _f("text", "SECRET", "the secrets to replace (munge, slurmdbd, signing; comma separated): configure "
+                   "replaces them, the one way a converge does; diff names what that disrupts"),
     "--playbook": _f("text", "PLAYBOOK", "the playbook under playbooks/ to run"),
     "--project-dir": _f("text", "DIR", "the folder with ansible.cfg, playbooks/ and roles/"),
     "--generate": _f("switch", "", "generate new secrets"),

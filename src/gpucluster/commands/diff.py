@@ -18,13 +18,14 @@ from gpucluster.words import plain
 EXAMPLES = """examples:
   gpucluster diff examples/staging.yaml my-staging.yaml
   gpucluster diff examples/staging.yaml my-staging.yaml --json | jq .class
+  gpucluster diff examples/staging.yaml examples/staging.yaml --rotate munge
 """
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
     from gpucluster.diff import diff_specs
 
-    result = diff_specs(args.old, args.new)
+    result = diff_specs(args.old, args.new, rotate=args.rotate)
     jobs, why = None, None
     if args.inventory:
         from gpucluster.diff.running import running_jobs
@@ -88,6 +89,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--inventory", metavar="DIR",
                    help="the running cluster's inventory: also name the running jobs each change would hit "
                         "(squeue through this host's Slurm clients)")
+    p.add_argument("--rotate", metavar="SECRET", help="also plan replacing these secrets (munge, slurmdbd, signing; "
+                   "comma separated), as `configure --rotate` does: what each disrupts, and where")
     json_flag(p, "the change set as JSON (docs/operations.md: the contract)")
     no_color_flag(p)
     p.set_defaults(func=cmd_diff)

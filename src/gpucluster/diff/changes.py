@@ -92,8 +92,38 @@ class DiffResult:
                 "classes": list(CLASSES), "changes": [c.as_json() for c in self.changes]}
 
 
-def diff_specs(old: str | Path, new: str | Path) -> DiffResult:
-    return diff_clusters(load_cluster(old), load_cluster(new))
+def diff_specs(old: str | Path, new: str | Path, rotate: str | None = None) -> DiffResult:
+    """The change set between two specs; `rotate` (configure --rotate's value) adds the secrets to replace."""
+    from gpucluster.configure.playbook import rotated_secrets
+
+    names = rotated_secrets(rotate)  # bad names are refused before either spec is read
+    result = diff_clusters(load_cluster(old), new_cluster := load_cluster(new))
+    return replace(result, changes=result.changes + rotation_changes(new_cluster, names)) if names else result
+
+
+# What replacing each secret disrupts (configure --rotate NAME; docs/roles.md, "Rotating a secret").
+ROTATION = {
+    "munge": (RESTART_SLURMD, ("slurm_dbd", *SLURM_GROUPS),
+              "install the new key and restart munged on every Slurm host in one run (no --batch, no --limit): "
+              "until every host has it, messages between hosts with different keys fail authentication; running "
+              "jobs keep running"),
+    "slurmdbd": (RESTART_SLURMCTLD, ("slurm_dbd",),
+                 "set MariaDB's password and restart slurmdbd; slurmctld queues accounting records meanwhile"),
+    "signing": (NONE, ("all",),
+                "rewrite every node's allowed_signers; a pointer signed with the old key is refused from then on"),
+}
+
+
+def rotation_changes(cluster: Cluster, names: list[str]) -> tuple[Change, ...]:
+    """One change per secret `configure --rotate` replaces, on the hosts that hold it."""
+    out = []
+    for name in names:
+        cls, groups, action = ROTATION[name]
+        hosts = (tuple(dict.fromkeys(g.hostlist for g in cluster.spec.node_groups)) if groups == ("all",)
+                 else _hosts(cluster, groups))
+        out.append(Change(f"rotate the {name} secret", "secret", f"secret.{name}", cls,
+                          f"configure --secrets FILE --rotate {name}: {action}", groups, hosts))
+    return tuple(out)
 
 
 def diff_clusters(old: Cluster, new: Cluster) -> DiffResult:
