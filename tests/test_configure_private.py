@@ -100,6 +100,21 @@ def test_private_dir_refuses_a_link(tmp_path):
 
 # ---- the secrets file ------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("folder", ["/etc", "/etc/gpucluster", "/", "/var", "/usr/local/x", "/root", "/tmp",
+                                    "/etc/../usr"])
+def test_private_dir_never_takes_a_system_folder(folder):
+    """As root every system folder is 'ours': closing /etc to 0700 would lock every other user out of it."""
+    before = os.stat("/etc").st_mode
+    with pytest.raises(UsageError, match="system folder"):
+        private_dir(folder)
+    assert os.stat("/etc").st_mode == before
+    assert not Path("/etc/gpucluster").exists() or folder != "/etc/gpucluster"
+
+
+def test_private_dir_takes_a_folder_of_its_own_under_a_system_folder(tmp_path):
+    assert private_dir(tmp_path / "state").is_dir()
+
+
 def test_generated_secrets_are_private_and_well_formed(tmp_path, capsys):
     out = tmp_path / "keep" / "prod.json"
     assert main(["secrets", "--generate", "-o", str(out)]) == 0

@@ -100,6 +100,21 @@ def unsafe_ancestor(path: str | os.PathLike) -> str | None:
     return None
 
 
+# Folders of the operating system: never a private folder of gpucluster's, whoever runs it (as root, closing /etc
+# to 0700 would lock every other user and service out of it). The first set with everything under it.
+SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/sbin", "/sys", "/usr")
+SYSTEM_DIRS = ("/", "/home", "/media", "/mnt", "/opt", "/root", "/run", "/srv", "/tmp", "/var", "/var/lib",
+               "/var/tmp", "/var/log", "/run/user")
+
+
+def system_folder(path: str | os.PathLike) -> str | None:
+    """The system folder `path` is, or lies under (SYSTEM_TREES), or None."""
+    text = os.path.normpath(os.path.abspath(path))
+    if text in SYSTEM_DIRS or text in SYSTEM_TREES:
+        return text
+    return next((d for d in SYSTEM_TREES if text.startswith(d + "/")), None)
+
+
 def private_dir(path: str | os.PathLike, *, what: str = "state folder") -> Path:
     """Create `path` (0700) or check the one there: a real folder (not a link), owned by this user, that no
     one else can write. Anything else is refused, since whoever controls such a folder can feed Ansible
@@ -107,6 +122,10 @@ def private_dir(path: str | os.PathLike, *, what: str = "state folder") -> Path:
     of ours that others can only read (0755, as an older gpucluster made its cache) is closed to 0700 on
     the way."""
     p = Path(path)
+    system = system_folder(p)
+    if system:
+        raise UsageError(f"{p}: the {what} would be the system folder {system} or lie inside it; choose a folder of "
+                         "its own, e.g. under your home or /var/lib/gpucluster")
     why = unsafe_ancestor(p)
     if why:
         raise UsageError(f"{p}: the {what} is not private: {why}; choose a path under your home, or fix the "
