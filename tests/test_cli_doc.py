@@ -78,7 +78,7 @@ def _usage(parser: argparse.ArgumentParser) -> str:
 
 
 def _arguments(parser: argparse.ArgumentParser) -> list[str]:
-    from gpucluster.cli import DeprecatedAlias
+    from gpucluster.commands._flags import DeprecatedAlias
 
     fmt = argparse.HelpFormatter(prog=parser.prog, width=WIDTH)
     rows = []
@@ -96,7 +96,7 @@ def _arguments(parser: argparse.ArgumentParser) -> list[str]:
 
 
 def cli_markdown() -> str:
-    from gpucluster.cli import DeprecatedAlias
+    from gpucluster.commands._flags import DeprecatedAlias
     from gpucluster.words import FLAGS
 
     out = ["# Command line reference", "",

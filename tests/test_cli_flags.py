@@ -17,7 +17,8 @@ import pytest
 from conftest import example_path
 from test_cli_help import TREE
 
-from gpucluster.cli import DeprecatedAlias, build_parser, main
+from gpucluster.cli import build_parser, main
+from gpucluster.commands._flags import DeprecatedAlias
 from gpucluster.words import FLAGS
 
 # Commands that print something but no report a script would read, each with the reason.

@@ -103,11 +103,12 @@ def rendered_names() -> dict[str, set[str]]:
 
 
 def test_renders_one_liner_names_every_file_it_writes(rendered_names):
-    """render's one-liner is made from cli.RENDER_FAMILIES: every file render writes on these examples belongs to
-    a family, and every family is written by one of them (a family no example writes would be a false claim)."""
+    """render's one-liner is made from commands.render.RENDER_FAMILIES: every file render writes on these examples
+    belongs to a family, and every family is written by one of them (a family no example writes would be a false
+    claim)."""
     import re
 
-    from gpucluster.cli import RENDER_FAMILIES, RENDER_HELP
+    from gpucluster.commands.render import RENDER_FAMILIES, RENDER_HELP
 
     used = set()
     for example, names in rendered_names.items():

@@ -51,7 +51,7 @@ def _f(kind: str, shown: str, meaning: str) -> Flag:
 # Every option of every command, by name. tests/test_cli_flags.py walks the parser tree and fails when an option is
 # missing here, when a use differs in kind or value from its line, and when a line has no use. A new flag, or a new
 # command that takes an existing one, adds or reuses a line here; a name wanted with another meaning gets a new
-# name instead (the old one kept for a release with gpucluster.cli.deprecated_alias, which warns).
+# name instead (the old one kept for a release with gpucluster.commands._flags.deprecated_alias, which warns).
 _OUTPUT = _f("text", "DIR FILE", "where the command writes: a folder (replaced as a whole set) or a file")
 _LIMIT = _f("text", "PATTERN", "only these hosts or groups, as an Ansible pattern ('gpu[001-064]', 'slurm_compute')")
 _VERBOSE = _f("switch", "", "also print the underlying tool's own output (Ansible, pytest)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpucluster.cli import no_color_flag
+from gpucluster.commands._flags import no_color_flag
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -12,12 +12,11 @@ import argparse
 import json
 import sys
 
-from gpucluster.cli import json_flag, no_color_flag
+from gpucluster.commands._flags import json_flag, no_color_flag
 from gpucluster.words import plain
 
 EXAMPLES = """examples:
   gpucluster diff examples/staging.yaml my-staging.yaml
-  gpucluster diff examples/staging.yaml my-staging.yaml --json | jq .class
   gpucluster diff examples/staging.yaml examples/staging.yaml --rotate munge
 """
 

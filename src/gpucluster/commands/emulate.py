@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gpucluster.cli import print_json, report_flags
+from gpucluster.commands._flags import print_json, report_flags
 from gpucluster.words import plain, plural
 
 EXAMPLES = """examples:

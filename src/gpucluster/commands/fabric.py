@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from gpucluster.cli import deprecated_alias, json_flag, no_color_flag, print_json
+from gpucluster.commands._flags import deprecated_alias, json_flag, no_color_flag, print_json
 from gpucluster.errors import UsageError
 from gpucluster.progress import progress
 

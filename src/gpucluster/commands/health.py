@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from gpucluster.cli import json_flag, no_color_flag, print_json, report_flags
+from gpucluster.commands._flags import json_flag, no_color_flag, print_json, report_flags
 
 
 def cmd_render(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from gpucluster.cli import print_json, report_flags
+from gpucluster.commands._flags import print_json, report_flags
 
 EXAMPLES = """examples:
   gpucluster inventory examples/meta-24k-roce.yaml -o inventories/prod --ssh-config ~/.ssh/config

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpucluster.cli import print_json, report_flags
+from gpucluster.commands._flags import print_json, report_flags
 from gpucluster.errors import OperationError, UsageError
 from gpucluster.words import plain
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpucluster.cli import print_json, report_flags
+from gpucluster.commands._flags import print_json, report_flags
 from gpucluster.words import plural
 
 

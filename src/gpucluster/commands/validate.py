@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpucluster.cli import print_json, report_flags
+from gpucluster.commands._flags import print_json, report_flags
 from gpucluster.errors import UsageError
 from gpucluster.words import plain
 
