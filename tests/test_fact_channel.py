@@ -32,7 +32,7 @@ DOCS = ("docs/roles.md", "docs/inventory.md")
 # choice, not a fact gpucluster derives.
 OPERATOR_VARS = {"gpucluster_address"}
 # How a run goes, never what the cluster is: extra vars `gpucluster configure` passes (configure/playbook.py).
-RUN_VARS = {"gpucluster_batch"}
+RUN_VARS = {"gpucluster_batch", "gpucluster_rotate_secrets"}
 # What a filter may not import: the floors that parse, plan or derive (a filter reads facts.json instead).
 DERIVING = ("gpucluster.spec", "gpucluster.cluster", "gpucluster.fabric", "gpucluster.render",
             "gpucluster.inventory", "gpucluster.compiled", "gpucluster.catalog")
