@@ -339,3 +339,30 @@ def test_a_job_printing_a_case_line_starts_no_case(forged: str) -> None:
     got = jobs.split_round(text, "t0k3n")
     assert sorted(got) == [0, 1] and got[0] == (3, f"0: out\n{forged}") and got[1] == (0, "0: fine")
     assert "@@gpucluster-case/t0k3n $i rc=" in jobs.round_script([["true"]], 1, "t0k3n")
+
+
+def test_the_node_table_falls_back_once_and_from_two_threads() -> None:
+    """22.05: scontrol refuses --json; the table is read with sinfo's from then on, and a second thread reading
+    meanwhile (a rollout and its sampler) still gets the table, never scontrol's refusal as sinfo's error."""
+    import threading
+
+    nodes = {shape: _node_doc(shape, "r") for shape in ("22.05", "23.02")}
+    calls: list[str] = []
+    first = threading.Event()
+
+    def run(cmd):
+        calls.append(cmd[0])
+        if cmd[0] == "scontrol" and not first.is_set():
+            first.set()
+            other = threading.Thread(target=lambda: out.append(table.read()))
+            other.start()
+            other.join()
+        return _runner(nodes, old=True)(cmd)
+
+    out: list = []
+    table = slurmtext.NodeTable(run)
+    out.append(table.read())
+    assert len(out) == 2 and all(set(t) == {"gpu01", "gpu02", "gpu03"} for t in out)
+    assert table.command == slurmtext.NODES_JSON_2205 and calls.count("scontrol") == 2
+    table.read()
+    assert calls.count("scontrol") == 2 and calls.count("sinfo") == 3

@@ -289,13 +289,15 @@ class NodeTable:
         self.command: tuple[str, ...] = NODES_JSON
 
     def read(self) -> dict[str, SlurmNode]:
-        res = self.run(list(self.command))
-        if self.command == NODES_JSON and lacks_json(res):
-            self.command = NODES_JSON_2205
-            res = self.run(list(self.command))
+        """Safe from several threads at once (a rollout and its sampler): each call keeps its own command."""
+        command = self.command
+        res = self.run(list(command))
+        if command == NODES_JSON and lacks_json(res):
+            command = self.command = NODES_JSON_2205
+            res = self.run(list(command))
         if res.returncode != 0:
-            raise _failed(self.command, res)
-        return parse_nodes_json(res.stdout or "", self.command)
+            raise _failed(command, res)
+        return parse_nodes_json(res.stdout or "", command)
 
 
 def read_jobs(run: Runner, states: Iterable[str], nodes: Iterable[str] | None = None) -> list[SlurmJob]:
