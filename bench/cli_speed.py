@@ -15,7 +15,7 @@ Two modes, both reported:
   bytecode  gpucluster's .pyc written by a warm-up run, as an installed package has them
   source    PYTHONDONTWRITEBYTECODE=1 and no .pyc of gpucluster: each of its modules is compiled at every
             start, as in a checkout on a host that sets that variable (this project's do)
-Targets (issue 24): render of Colossus 200k under 0.35 s wall, check and plan under 0.3 s. Quote medians;
+Targets: render of Colossus 200k under 0.35 s wall, check and plan under 0.3 s. Quote medians;
 a wide min-max spread, or a load average near the core count, says the machine was busy.
 """
 
@@ -36,7 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUCLUSTER = Path(sys.executable).with_name("gpucluster")
-BEFORE = "cd22142"  # the tree issue 24's speed work started from
+BEFORE = "cd22142"  # the tree the start-up speed work began from
 COMMANDS = ("check", "plan", "render")
 TARGET = {"check": 0.3, "plan": 0.3, "render": 0.35}
 

@@ -1,5 +1,5 @@
-"""How long a served-config change takes to reach every slurmd of a configless fleet (issue 19, "In the
-emulator ... a reconfigure with a new key reaches every slurmd of at least 1,024 emulated nodes").
+"""How long a served-config change takes to reach every slurmd of a configless fleet: in the
+emulator, a reconfigure with a new key reaches every slurmd of at least 1,024 emulated nodes; this measures how soon.
 
 Per size, in a process of its own: one emulated cluster (a real slurmctld with SlurmctldParameters=
 enable_configless, Debian 12's Slurm 22.05, and one `slurmd -N NAME --conf-server 127.0.0.1:PORT` per node,

@@ -5,7 +5,7 @@
     .venv/bin/python bench/core.py --repeat 3      # best of 3 runs per spec
 
 Each spec runs in a fresh interpreter so import time counts, as it does for `gpucluster render`.
-Targets (from the issue): check+plan+render of Colossus 200k under 1 s wall and 300 MB peak RSS;
+Targets: check+plan+render of Colossus 200k under 1 s wall and 300 MB peak RSS;
 Meta 24k under 0.5 s. "Total" below is import + load/check + plan + render of every file (cabling
 map included) + write; the CLI's own wall time (`gpucluster render`) is measured separately.
 """

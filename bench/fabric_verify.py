@@ -10,7 +10,7 @@ The default spec is examples/colossus-200k.yaml moved onto InfiniBand (ib_coloss
 (200,000 host links) and 600,896 cables in all, 8,312 switches. Each
 run is a fresh `gpucluster fabric verify SPEC --ibnetdiscover DUMP --json` process, so the figures
 include start-up, loading the spec and writing the JSON; peak RSS is that process's own (wait4).
-Target (issue 13): under 5 s and 500 MB. Prints figures, asserts nothing (bench/ convention).
+Target: under 5 s and 500 MB. Prints figures, asserts nothing (bench/ convention).
 """
 
 from __future__ import annotations

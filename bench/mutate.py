@@ -9,7 +9,7 @@ once in `file` (a path from the project root); the mutant is `file` with it repl
 entry the given tests run with the worktree's .venv pytest: a red run (exit 1, or 2 when the mutant breaks
 collection) is "caught", a green one "survived", a run past --timeout "caught (timed out)".
 
-Why: a check that cannot fail tells an operator a broken node is fine (issue 21). A test suite that stays
+Why: a check that cannot fail tells an operator a broken node is fine. A test suite that stays
 green under a mutant does not test that line.
 
 Files are changed in place (the tests import the package from src/), and always put back: in a

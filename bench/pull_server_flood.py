@@ -3,12 +3,12 @@
     .venv/bin/python bench/pull_server_flood.py                       # writes bench/pull-server-flood.json
     .venv/bin/python bench/pull_server_flood.py --connections 500 --json /tmp/x.json
 
-For each version of roles/pull_runner/files/gpucluster-pull ("before": the newest commit whose server is still
-http.server's ThreadingHTTPServer, read with `git show REV:PATH` into a temporary file; "after": the working
-tree), it starts the server in its own process on 127.0.0.1 (never another address) with the file limit
-systemd gives it (before: the default soft limit of 1024; after: the unit's LimitNOFILE, max connections + 1024),
-then measures what a legitimate node does: GET the pointer and PUT its result, first on an idle server, then
-while this process holds --connections idle connections to it. Every step is bounded in count and time; the
+For each version of the node program gpucluster-pull (src/gpucluster/node/pull.py; "before": the newest commit
+whose server is still http.server's ThreadingHTTPServer, read with `git show REV:PATH` from the path it had then
+into a temporary file; "after": the working tree), it starts the server in its own process on 127.0.0.1 (never
+another address) with the file limit systemd gives it (before: the default soft limit of 1024; after: the unit's
+LimitNOFILE, max connections + 1024), then measures what a legitimate node does: GET the pointer and PUT its
+result, first on an idle server, then while this process holds --connections idle connections to it. Every step is bounded in count and time; the
 run stops by itself (--deadline). Prints a table and writes the figures; asserts nothing (bench/ convention).
 """
 
@@ -30,7 +30,9 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = "roles/pull_runner/files/gpucluster-pull"
+SCRIPT = "src/gpucluster/node/pull.py"
+# Where the program lived in older commits (the "before" server is one of them).
+OLD_PATHS = ("roles/pull_runner/files/gpucluster-pull",)
 SERVER = """
 import importlib.machinery, importlib.util, resource, sys
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -47,14 +49,22 @@ server.serve_forever()
 
 def before_revision() -> str:
     """The newest commit whose gpucluster-pull serves with ThreadingHTTPServer (the server before hardening)."""
-    revs = subprocess.run(["git", "log", "--format=%H", "--", SCRIPT], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout.split()
+    revs = subprocess.run(["git", "log", "--format=%H", "--", SCRIPT, *OLD_PATHS], cwd=ROOT, capture_output=True,
+                          text=True, check=True).stdout.split()
     for rev in revs:
-        text = subprocess.run(["git", "show", f"{rev}:{SCRIPT}"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout
+        text = program_at(rev).decode()
         if "ThreadingHTTPServer" in text and "class BundleServer" not in text:
             return rev
     raise SystemExit("no commit with the unhardened server in this history")
+
+
+def program_at(rev: str) -> bytes:
+    """gpucluster-pull as commit `rev` has it, at whichever of its paths that commit holds."""
+    for path in (SCRIPT, *OLD_PATHS):
+        proc = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, capture_output=True, check=False)
+        if proc.returncode == 0:
+            return proc.stdout
+    raise SystemExit(f"{rev}: no gpucluster-pull at {SCRIPT} or {', '.join(OLD_PATHS)}")
 
 
 def _request(url: str, data: bytes | None = None, timeout: float = 5.0) -> tuple[bool, float]:
@@ -161,12 +171,10 @@ def main() -> int:
     signal.signal(signal.SIGALRM, lambda *_: sys.exit("stopped at --deadline"))
     signal.alarm(int(args.deadline))
 
-    sys.path.insert(0, str(ROOT / "tests"))
-    from test_pull_bundle import _node_script  # the node program, to sign a result as a node does
+    from gpucluster.node import pull as node  # the node program, to sign a result as a node does
 
-    node = _node_script("gpucluster_pull_bench")
     rev = args.before or before_revision()
-    old = subprocess.run(["git", "show", f"{rev}:{SCRIPT}"], cwd=ROOT, capture_output=True, check=True).stdout
+    old = program_at(rev)
     figures: dict = {"connections": args.connections, "requests_per_phase": args.requests,
                      "request_timeout_s": args.timeout, "before_revision": rev,
                      "limits_after": {"workers": node.SERVER_WORKERS, "max_connections": node.SERVER_MAX_CONNECTIONS,

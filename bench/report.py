@@ -3,7 +3,7 @@
     .venv/bin/python bench/report.py               # colossus-200k, meta-24k-roce, staging; best of 3
     .venv/bin/python bench/report.py --repeat 5 colossus-200k
 
-Target (issue 15): `gpucluster plan SPEC --html plan.html` for Colossus 200k under 2 s wall. The CLI is
+Target: `gpucluster plan SPEC --html plan.html` for Colossus 200k under 2 s wall. The CLI is
 timed as a person runs it (a fresh interpreter, imports included); the stages (load, diagram with
 Graphviz's dot, page) are timed in this process, after a warm-up, to show where the time goes.
 """

@@ -1,5 +1,5 @@
 """Topology-aware against topology-blind rollouts of a reboot-class change, at scale, on emulated Slurm
-(issue 18, "Emulated, at scale"; docs/operations.md shows the table and the plot).
+(docs/operations.md shows the table and the plot).
 
 One emulated cluster (a real slurmctld, Debian 12's Slurm 22.05, and one `slurmd -N` per node) rendered from a
 seed's spec (meta-24k-ib: rail-optimised, scalable units of --unit nodes, one logical leaf each), a seeded

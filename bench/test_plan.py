@@ -10,7 +10,7 @@ installed entry point with PYTHONPATH at one tree's src/, its stdout written to 
 clock, CPU (user+system) and peak RSS from the kernel's accounting of the reaped child (os.wait4). Runs of the
 two trees are interleaved so both see the same load. The full forms' outputs are compared byte for byte at the
 end (the streamed writer must keep json.dump's text). The before tree has no --summary: its row is absent.
-Targets (issue 23): --json --summary on Colossus 200k under 2 s wall; the full --json under 200 MB peak RSS.
+Targets: --json --summary on Colossus 200k under 2 s wall; the full --json under 200 MB peak RSS.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from cli_speed import copy_worktree, export, spread  # bench/ is sys.path[0]: th
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUCLUSTER = Path(sys.executable).with_name("gpucluster")
-BEFORE = "2451b17"  # main when the streaming work started (issue 23)
+BEFORE = "2451b17"  # main when the streaming plan writer was started
 FORMS = {"text": [], "summary": ["--json", "--summary"], "full": ["--json"]}
 
 

@@ -1,6 +1,6 @@
 """`fabric test`, the pure part: pairs by tier, thresholds from the plan, and localisation of slow
 results, on synthetic result matrices. The runner here is a model of a fabric with one fault (a test
-stand-in for the Slurm jobs phase 2 adds): it answers each case with what that fabric would measure."""
+stand-in for the Slurm jobs of asbuilt/jobs.py): it answers each case with what that fabric would measure."""
 
 from __future__ import annotations
 

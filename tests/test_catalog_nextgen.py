@@ -1,4 +1,4 @@
-"""The current generation in the catalog (issue 22), and a catalog a spec can complete on its own.
+"""The current generation in the catalog, and a catalog a spec can complete on its own.
 
 Figures are the published ones named beside each entry in src/gpucluster/catalog.py; a spec-level GPU
 with its own version lock row passes every driver rule without touching code.

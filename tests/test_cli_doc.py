@@ -1,5 +1,5 @@
-"""docs/cli.md and the README's command table come from the parser, so they cannot drift from it (issue 23:
-"README's command table and docs/cli.md agree, and a test keeps them in step").
+"""docs/cli.md and the README's command table come from the parser, so they cannot drift from it:
+README's command table and docs/cli.md agree, and this test keeps them in step.
 
 The page is regenerated here in memory and compared; after a change to the CLI, rewrite both with
 

@@ -1,5 +1,5 @@
-"""One meaning per flag name across the whole CLI, and --json and --no-color on every command that prints a report
-(issue 23). The table is gpucluster.words.FLAGS; the walk is tests/test_cli_help.py's, so a command added later is
+"""One meaning per flag name across the whole CLI, and --json and --no-color on every command that prints a report.
+The table is gpucluster.words.FLAGS; the walk is tests/test_cli_help.py's, so a command added later is
 held to the table too.
 
 "Meaning", concretely: each option name has one line in FLAGS with the kind of value it takes (switch, int, float,

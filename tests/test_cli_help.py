@@ -1,5 +1,5 @@
 """The CLI teaches: every command and subcommand of the parser tree has a description, and every argument,
-positional or not, has help (issue 23). The walk covers every command registered, so a command added
+positional or not, has help. The walk covers every command registered, so a command added
 without help fails here."""
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ def examples_of(parser: argparse.ArgumentParser) -> list[str]:
 
 @pytest.mark.parametrize(("path", "parser"), LEAVES, ids=[" ".join(p) for p, _ in LEAVES])
 def test_every_command_has_one_or_two_examples_of_its_own(path, parser):
-    """Issue 23: every fabric subcommand repeated the group's 11-line block. Now each command shows one or two
-    lines, each of which runs that command."""
+    """No command repeats its group's examples (every fabric subcommand once repeated an 11-line block): each
+    command shows one or two lines, each of which runs that command."""
     mine = examples_of(parser)
     assert 1 <= len(mine) <= 2, f"{' '.join(path)}: {len(mine)} examples"
     for line in mine:

@@ -1,5 +1,5 @@
-"""`gpucluster configure` sizes Ansible's forks to the hosts the run reaches (issue 19, "the push that remains is
-cheaper"): one worker per host up to FORKS_MAX, so a task reaches every host in one batch. Checked on the command
+"""`gpucluster configure` sizes Ansible's forks to the hosts the run reaches, so the push that remains is
+cheaper: one worker per host up to FORKS_MAX, so a task reaches every host in one batch. Checked on the command
 ansible-runner really ran (its artifacts), with the compile play alone (it runs on the controller, no node)."""
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ def test_the_operators_environment_and_the_secrets_stay_out_of_the_artifacts(inv
     assert secrets["munge_key_b64"] not in text and secrets["slurm_dbd_password"] not in text
     env = json.loads((result.artifacts / "command").read_text())["env"]
     assert "GPC_TEST_TOKEN" not in env and env["ANSIBLE_HOST_KEY_CHECKING"] == "True"
-    # Ansible read a private copy of the checked bytes (issue 20), never the operator's path; gone after the run
+    # Ansible read a private copy of the checked bytes, never the operator's path; gone after the run
     command = " ".join(json.loads((result.artifacts / "command").read_text())["command"])
     assert str(path) not in command and f"@{tmp_path / 'state' / 'runner' / 'secrets.json'}" in command
     assert not (tmp_path / "state" / "runner" / "secrets.json").exists()

@@ -1,4 +1,4 @@
-"""Issue 18, "Must show" 4: every class `gpucluster diff` names, applied to real daemons on each Slurm line
+"""Every class `gpucluster diff` names, applied to real daemons on each Slurm line
 gpucluster runs (22.05 from the host, 24.11 and 26.05 from their Debian roots): the emulator's real slurmctld
 and one real `slurmd -N` per node of examples/staging.yaml (4 GPU nodes), one cluster per line for the whole
 module.

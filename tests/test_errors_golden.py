@@ -1,4 +1,4 @@
-"""Golden outputs of the one error format (issue 23): what a user sees for typical mistakes.
+"""Golden outputs of the one error format: what a user sees for typical mistakes.
 
 Each case is a spec under tests/golden/errors/ (staging.yaml with one mistake, named for it) and the
 command that reads it; the golden file holds the exit status and everything printed on stderr. The
@@ -23,7 +23,7 @@ from gpucluster.cli import main
 
 HERE = Path(__file__).resolve().parent / "golden" / "errors"
 UPDATE = os.environ.get("GPUCLUSTER_UPDATE_GOLDEN") == "1"
-# The six typical mistakes, then the two the issue adds, then the format around them
+# The six typical mistakes, then two more (missing key, wrong type), then the format around them
 CASES = {
     "misspelt-required-key": ["check"],
     "memory-over-limit": ["check"],
@@ -69,7 +69,7 @@ def test_error_output_matches_its_golden_file(case, tmp_path, capsys, monkeypatc
 
 @pytest.mark.parametrize("case", CASES)
 def test_the_format_holds_in_each_golden_file(case):
-    """What the golden files must show whatever their wording: exit 2, findings in line order and in the
+    """What every golden file holds whatever its wording: exit 2, findings in line order and in the
     one format, no library wording, and the summary as the last line."""
     text = (HERE / f"{case}.txt").read_text()
     lines = text.splitlines()

@@ -84,7 +84,7 @@ def test_spec_md_field_table_is_the_models():
 
 def test_the_table_lists_every_required_field_and_default():
     table = field_table()
-    assert "| `node_groups[].nodes_per_rack` | `1` |" in table  # the default issue 23 found undocumented
+    assert "| `node_groups[].nodes_per_rack` | `1` |" in table  # a default once left undocumented
     assert "| `node_groups[].count` | **required** |" in table
     for name, info in ClusterSpec.model_fields.items():
         if name != "catalog":

@@ -1,4 +1,4 @@
-"""The passive checks on the current generation (issue 22): GPU count, model and memory of GB200/GB300 trays,
+"""The passive checks on the current generation: GPU count, model and memory of GB200/GB300 trays,
 B200/B300 and MI325X/MI355X nodes, and the NVLink fabric check on NVL72 trays, against a fake host (the
 `host` fixture of test_health_checks: fake nvidia-smi / rocm-smi / systemctl answering per argument list).
 

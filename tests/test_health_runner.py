@@ -281,7 +281,7 @@ def test_a_relative_config_path_works(node) -> None:
     assert node.state["checks"]["disk-tmp"]["ok"], node.state["checks"]["disk-tmp"]["message"]
 
 
-# ---------------------------------------------------------------- issue 21: state, lock, race, crashes, time
+# ---------------------------------------------------------------- state, lock, race, crashes, time
 
 
 def test_a_passive_run_keeps_the_active_checks_results(node) -> None:

@@ -6,7 +6,7 @@ while slurmctld answers and jobs run on another node.
 
 The checks here are site checks (files in the site folder) toggled by flag files, because this machine
 has no GPU or HCA; the built-in checks have their own tests (test_health_checks.py). The staged-node
-version of this scenario, with the built-in checks on real services, is the lead's phase 2.
+version of this scenario, with the built-in checks on real services, is tests/staged/test_health.py.
 """
 
 from __future__ import annotations

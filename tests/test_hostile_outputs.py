@@ -487,7 +487,7 @@ def test_the_staging_folder_is_private_until_the_swap(tmp_path):
 
 
 def test_render_writes_into_the_output_folder_not_beside_it(tmp_path):
-    """The render folder keeps what the issue's probe lost: a re-render drops a file the spec no longer
+    """The render folder keeps what a render into a shared folder lost: a re-render drops a file the spec no longer
     produces (cabling.csv with --no-cabling) and keeps the user's."""
     out = tmp_path / "out"
     assert quiet_main(["render", str(example_path("staging")), "-o", str(out)])[0] == 0

@@ -1,4 +1,4 @@
-"""IMEX on NVLink-domain trays (issue 22): the rendered nodes_config per domain (render/imex.py), the
+"""IMEX on NVLink-domain trays: the rendered nodes_config per domain (render/imex.py), the
 nvidia_gpu role's filters (plugins/filter/gpucluster_imex.py), and the role's own discovery tasks run by a
 real ansible-playbook on this machine (tasks/imex_domain.yml: which domain a tray is in, and the addresses
 its nodes_config.cfg gets)."""

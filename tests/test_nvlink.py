@@ -1,4 +1,4 @@
-"""NVLink domains (issue 22): planned one per NVL72 rack, rendered as Slurm blocks, read back by the real
+"""NVLink domains: planned one per NVL72 rack, rendered as Slurm blocks, read back by the real
 slurmctld, and checked as built against what each node's `nvidia-smi -q` reports.
 
 The nvidia-smi fixtures follow the published output format: each GPU's `Fabric` section with State,

@@ -1,4 +1,4 @@
-"""A job asking for a whole NVLink domain lands inside one (issue 22), on real daemons: the emulator (a real
+"""A job asking for a whole NVLink domain lands inside one, on real daemons: the emulator (a real
 slurmctld and one `slurmd -N` per tray, docs/slurm-versions.md) running the GB200 example's rendered block
 topology, scaled to 2 racks (36 trays, 2 domains), on each line that has topology/block (24.11 from the
 trixie root, 26.05 from the sid root; 22.05 has no block plugin).

@@ -330,7 +330,7 @@ def test_colossus_100k_partial_pod_gets_only_the_spines_it_needs():
     assert (leaf_spine, spine_core) == (plan.links["leaf-spine"], plan.links["spine-core"])
     # 1,560 full leaves x 64 uplinks + 8 partial leaves x 32 (20 needed, spread evenly over 32 spines)
     assert leaf_spine == 1_560 * 64 + 8 * 32
-    # the figure: the spine-core links drop from 102,400 to the 100,352 of the designed leaf uplinks
+    # a full pod's spine-core links would be 102,400; they drop to the 100,352 of the designed leaf uplinks
     assert full_pod_spine_core_links(plan) == 102_400
     assert spine_core == 1_568 * 64 == 100_352
     # what remains above the leaves' links is only the even-spreading rounding of pod 25's spines (56 -> 64)

@@ -5,8 +5,6 @@ one result line per host, and which hosts pull. tests/staged/test_pull.py runs i
 from __future__ import annotations
 
 import hashlib
-import importlib.machinery
-import importlib.util
 import io
 import json
 import subprocess
@@ -17,22 +15,11 @@ from pathlib import Path
 import pytest
 
 from gpucluster.errors import UsageError
+from gpucluster.node import pull as node
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "roles" / "pull_runner" / "files" / "gpucluster-pull"
-
-
-def _node_script(name: str = "gpucluster_pull_script"):
-    """The node agent (a script without .py, installed by roles/pull_runner) as a module named `name`;
-    tests/test_pull_manifest.py loads its own copy under another name."""
-    loader = importlib.machinery.SourceFileLoader(name, str(SCRIPT))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
-node = _node_script()
+# The node program (the pull_runner role installs this file as /usr/local/sbin/gpucluster-pull).
+SCRIPT = Path(node.__file__)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +56,7 @@ def test_the_bundle_is_named_by_its_manifest_and_built_the_same_twice(compiled):
         names = sorted(m.name for m in tar.getmembers())
     assert hashlib.sha256(text).hexdigest() == one.hash
     for need in ("compiled/facts.json", "ansible.cfg", "inventory/hosts.yml", "playbooks/site.yml",
-                 "roles/nccl/tasks/main.yml", "roles/pull_runner/files/gpucluster-pull",
+                 "roles/nccl/tasks/main.yml", "python/gpucluster/node/pull.py",
                  "python/gpucluster/render/templating.py", "python/hostlist.py", "python/ansible/cli/playbook.py"):
         assert need in names, need
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)

@@ -2,7 +2,7 @@
 fleet"): bundles, pointers, result bodies and connections an attacker controls. Every case asserts no traceback
 and no wrong action (nothing unpacked or run, no pointer accepted, no result taken as converged, no escape
 sequence printed). Real ssh-keygen keys and signatures, the real bundle server on 127.0.0.1 (never any other
-address), the real node program (roles/pull_runner/files/gpucluster-pull); no cluster."""
+address), the real node program (gpucluster.node.pull, installed as gpucluster-pull); no cluster."""
 
 from __future__ import annotations
 
@@ -33,12 +33,6 @@ NOISE = b"".join(hashlib.sha256(str(i).encode()).digest() for i in range(3000)) 
 CONTROL = [chr(c) for c in [*range(0, 9), *range(11, 32), 127, *range(0x80, 0xA0)]] + ["\u202e", "\u200b"]
 
 
-def _node_script():
-    from test_pull_bundle import _node_script as load
-
-    return load("gpucluster_pull_hostile_script")
-
-
 def _key(folder: Path, name: str) -> Path:
     key = folder / name
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key)], check=True)
@@ -65,9 +59,10 @@ def keys(tmp_path_factory):
 
 @pytest.fixture
 def node(tmp_path, monkeypatch):
-    module = _node_script()
-    monkeypatch.setattr(module, "WORK", str(tmp_path / "work"))
-    return module
+    from gpucluster.node import pull
+
+    monkeypatch.setattr(pull, "WORK", str(tmp_path / "work"))
+    return pull
 
 
 def _sign_pointer(key: Path, work: Path, **fields) -> bytes:

@@ -38,19 +38,13 @@ PLAYBOOK = """\
 """
 
 
-def _node_script():
-    from test_pull_bundle import _node_script as load  # one loader for the node agent's script
-
-    return load("gpucluster_pull_manifest_script")
-
-
 @pytest.fixture
 def node(tmp_path, monkeypatch):
-    """The node script with its working folder, an unpacked 'bundle' (the tiny playbook, the node's
+    """The node program (gpucluster.node.pull) with its working folder, an unpacked 'bundle' (the tiny playbook, the node's
     ansible.cfg, the manifest callback) and the folder its playbook manages, all under tmp_path."""
     from gpucluster.configure.bundle import NODE_ANSIBLE_CFG
+    from gpucluster.node import pull as module
 
-    module = _node_script()
     monkeypatch.setattr(module, "WORK", str(tmp_path / "work"))
     out, bundle = tmp_path / "managed", tmp_path / "bundle"
     out.mkdir()

@@ -1,4 +1,4 @@
-"""Checks that hold for every host are one task per run, not one per host (issue 19): on a push each per-host
+"""Checks that hold for every host are one task per run, not one per host: on a push each per-host
 task costs the controller one Ansible worker per host, so a cluster-wide assert run per host grows with the
 fleet for nothing. Read from the roles' task files as Ansible parses them (YAML)."""
 

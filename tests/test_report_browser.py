@@ -2,7 +2,7 @@
 
 Chromium loads the page from a file with every network feature it has switched off, dumps the DOM it
 built and takes a screenshot. The DOM must hold the tier table, BOM totals equal to `plan --json`, and
-the rack count; the screenshot must show something (many colours, not a blank page).
+the rack count; the screenshot must not be blank (many colours, not a blank page).
 """
 
 from __future__ import annotations

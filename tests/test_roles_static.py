@@ -533,7 +533,7 @@ def test_slurm_nodes_state_reads_one_sinfo_for_many_nodes():
 
 
 def test_the_registration_wait_is_one_task_on_the_controller():
-    """One sinfo for the run's nodes, run once, never a delegated SSH session per node (issue 19)."""
+    """One sinfo for the run's nodes, run once, never a delegated SSH session per node."""
     tasks = yaml.safe_load((ROOT / "roles" / "slurm_compute" / "tasks" / "registered.yml").read_text())
     delegated = [t for t in tasks if "delegate_to" in t]
     assert delegated and all(t.get("run_once") is True for t in delegated), delegated

@@ -1,4 +1,4 @@
-"""Issue 20: every attack the issue lists (but `slurm.parameters`, tested elsewhere), as a test that failed on the
+"""Every attack on the inputs (but `slurm.parameters`, tested elsewhere), as a test that failed on the
 code before the fix. Each is the input a new user would meet (an IPAM export, a vendor's ssh_config, a
 colleague's spec, a shared folder), given to the real reader, writer, check or command."""
 

@@ -1,5 +1,5 @@
 """The SSH command Ansible really builds keeps host keys checked, whatever the operator's ~/.ssh/config says
-and whichever source wrote the inventory (issue 20).
+and whichever source wrote the inventory.
 
 A fake `ssh` records its argv and exits 255 (no host is needed, nothing leaves the machine); the real
 `ansible` (and `gpucluster configure`'s ansible-runner path) runs against the written inventory; the

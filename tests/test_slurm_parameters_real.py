@@ -1,5 +1,5 @@
 """slurm.parameters values against the real slurmctld of every line gpucluster runs (22.05 host, 24.11
-trixie root, 26.05 sid root): whatever `check` accepts, each line's slurmctld loads (issue 20).
+trixie root, 26.05 sid root): whatever `check` accepts, each line's slurmctld loads.
 
 Every case goes through the spec check first. The cases it accepts are merged into one spec per line (their
 keys are distinct), rendered, and that line's slurmctld must start on the files with no config error (the

@@ -390,7 +390,7 @@ def test_cli_render_slurm_version(capsys, tmp_path):
 def test_cli_render_refuses_an_unknown_slurm_version_and_writes_nothing(capsys, tmp_path):
     rc = main(["render", str(example_path("staging")), "-o", str(tmp_path / "out"), "--slurm-version", "27.05"])
     err = capsys.readouterr().err
-    # the flag's value is wrong, not the spec's slurm.version line (issue 23: blamed on the flag)
+    # the flag's value is wrong, not the spec's slurm.version line: blamed on the flag
     assert rc == 2 and "command line: --slurm-version: Slurm 27.05 is not a release" in err
     assert "staging.yaml" not in err and err.rstrip().endswith("1 problem; nothing was written")
     assert "Traceback" not in err and not (tmp_path / "out").exists()

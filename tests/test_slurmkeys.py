@@ -127,7 +127,8 @@ def test_compile_to_never_leaves_a_moment_without_the_compiled_folder(tmp_path, 
 
 
 def test_check_refuses_a_smuggled_setting_located(tmp_path, capsys):
-    """Issue 20: `SlurmctldDebug: "info HealthCheckInterval=7"` is exit 2 with file:line, field, rule and fix."""
+    """A smuggled setting, `SlurmctldDebug: "info HealthCheckInterval=7"`, is exit 2 with file:line, field, rule
+    and fix."""
     from gpucluster.cli import main
 
     text = example_path("staging").read_text().replace(

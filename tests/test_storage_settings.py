@@ -148,7 +148,7 @@ def test_storage_setting_bounds(case: Bound, write_spec):
 
 
 def test_defaults_are_the_old_role_defaults():
-    """Moving the knobs from the roles into the spec changed no default (roles/*/defaults before issue 12)."""
+    """Moving the knobs from the roles into the spec changed no default (the defaults roles/*/defaults held before)."""
     m, g = MooseFs(), Ganesha()
     assert (m.ports.metalogger, m.ports.chunkserver, m.ports.client) == (9419, 9420, 9421)
     assert (m.data_path, [d.path for d in m.chunk_dirs], m.leave_space) == ("/var/lib/mfs", ["/srv/mfs/chunks"],

@@ -91,7 +91,7 @@ GPUS: dict[str, GpuModel] = {
                        allowed_per_node=(2, 4, 6, 8), devices_per_card=2),
     "mi300x": GpuModel(vendor="amd", name="AMD Instinct MI300X 192GB", memory_gb=192, slurm_type="mi300x",
                        allowed_per_node=(8,)),
-    # ---- the current generation (issue 22). Figures from published datasheets and reference architectures,
+    # ---- the current generation. Figures from published datasheets and reference architectures,
     # each source named beside the entry; a figure not found in one is left out (see docs/spec.md).
     # DGX B200 datasheet: 8 GPUs, 1,440 GB GPU memory in all (180 GB each), joined by NVSwitch.
     "b200-sxm-180g": GpuModel(vendor="nvidia", name="NVIDIA B200 180GB", memory_gb=180, slurm_type="b200",

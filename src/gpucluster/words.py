@@ -30,12 +30,12 @@ def number(x: float) -> str:
 
 def plain(doc: str | None) -> str:
     """A module docstring as a command's --help description: the reST/Markdown code marks (``x``, `x`) a
-    terminal shows literally are dropped, and the text kept as written (issue 23: no markup in help)."""
+    terminal shows literally are dropped, and the text kept as written (no markup in help)."""
     return (doc or "").replace("``", "").replace("`", "").strip()
 
 
 class Flag(NamedTuple):
-    """One flag name's one meaning across the whole CLI (issue 23). `kind` is what the value is (switch: none;
+    """One flag name's one meaning across the whole CLI. `kind` is what the value is (switch: none;
     int, float, text; choice: one of a list); `shown` names the value as --help prints it (its metavar), one of
     these where several fit (a folder or a file); `meaning` says what the flag does on every command that has it."""
 

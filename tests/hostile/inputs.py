@@ -1,4 +1,4 @@
-"""Hostile inputs beyond the spec (issue 20): the inventory sources, the state folder, the secrets file, a
+"""Hostile inputs beyond the spec: the inventory sources, the state folder, the secrets file, a
 Pulumi stack's export and a hand-written inventory, each case named by kind and source.
 
 Kinds: jinja (a template where a value goes: `{{ }}`, `{% %}`, `{# #}`), smuggle (an option where a value goes:

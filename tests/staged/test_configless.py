@@ -1,4 +1,4 @@
-"""Configless Slurm on the staged cluster (issue 19; docs/roles.md "Configless Slurm").
+"""Configless Slurm on the staged cluster (docs/roles.md "Configless Slurm").
 
 slurmctld serves slurm.conf, gres.conf, cgroup.conf and the topology file (SlurmctldParameters=enable_configless);
 every compute node's slurmd runs with --conf-server and holds no /etc/slurm/slurm.conf. A slurm.conf change made
@@ -22,7 +22,7 @@ import yaml
 pytestmark = pytest.mark.staged
 
 CONF_CACHE = "/run/slurm/conf"  # slurmd's link to SlurmdSpoolDir/conf-cache (22.05 and later)
-PROPAGATION_S = 60  # the issue's bound: every slurmd runs a new value within this
+PROPAGATION_S = 60  # the bound held to: every slurmd runs a new value within this
 
 
 def _need_converged(c) -> None:

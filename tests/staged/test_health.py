@@ -1,4 +1,4 @@
-"""Node health checks on the staged cluster of examples/staging.yaml (issue 14, phase 2).
+"""Node health checks on the staged cluster of examples/staging.yaml: the passive and active checks.
 
 The session's configure installed them (site.yml imports playbooks/health.yml), with the spec's short
 interval (staging.yaml: health.interval 30 s; each check keeps its 20 s budget). Here:

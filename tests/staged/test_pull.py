@@ -1,4 +1,4 @@
-"""Converging the staged cluster by pull (issue 19; docs/roles.md "Converging a fleet").
+"""Converging the staged cluster by pull (docs/roles.md "Converging a fleet").
 
 On the session's `staged_cluster` (converged by push, which installed the pull runner: site.yml's pull play):
 a pull of the fleet changes nothing and every host reports the bundle the operator built; a change to the NCCL

@@ -1,4 +1,4 @@
-"""Issue 18, "Must show" 1: a running cluster changed under a job that writes a heartbeat every second, on the staged
+"""A running cluster changed under a job that writes a heartbeat every second, on the staged
 Debian 13 cluster (Slurm 24.11, production cgroup profile; the `staged_trixie` fixture, brought up once for its
 xdist worker, so this test adds no cluster of its own).
 

@@ -1,7 +1,7 @@
 """`gpucluster expand`: the spec with every default filled in, each marked, as YAML `check` accepts again.
 
-Why: a default no one can see is a setting no one chose (issue 23: `nodes_per_rack` is 1 unless set, and a
-200k-GPU plan counted 1,042 racks of one server each). The model knows which fields the YAML set
+Why: a default no one can see is a setting no one chose (`nodes_per_rack` is 1 unless set, and a
+200k-GPU plan once counted 1,042 racks of one server each). The model knows which fields the YAML set
 (`model_fields_set`); every other field is written with its default and a trailing `# default`, so
 `grep -v '# default$'` gives back what was written. Comments of the source file are not kept: the
 output is the model, in the model's field order.

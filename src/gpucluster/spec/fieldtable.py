@@ -1,6 +1,6 @@
 """docs/spec.md's table of every field: required or its default, its type and bounds, from the model.
 
-Why generated: a default written by hand in a document drifts from the one in the model (issue 23:
+Why generated: a default written by hand in a document drifts from the one in the model (once,
 `nodes_per_rack` defaulted to 1 and spec.md did not say so). The table sits between two markers in
 docs/spec.md; tests/test_expand.py fails when it differs from what this module writes, and
 

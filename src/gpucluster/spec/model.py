@@ -240,7 +240,7 @@ class Fabric(Strict):
 DEFAULT_NFS_OPTIONS = "vers=4.2,nconnect=16,hard,rsize=1048576,wsize=1048576,noatime"
 
 
-# ==== Storage daemon and mount settings (issue 12: every template is rendered from the spec) ====
+# ==== Storage daemon and mount settings (every storage template is rendered from the spec) ====
 # What the MooseFS and NFS-Ganesha templates (templates/storage/) consume, with the defaults the
 # flash_storage and nfs roles used to carry. Self-contained: the only hooks are `Flash.moosefs` and
 # `Nfs.ganesha`. Values land unquoted in daemon config files and systemd units, so every text field
@@ -452,7 +452,7 @@ class Storage(Strict):
     nfs: tuple[Nfs, ...] = Field(default=(), max_length=64)
 
 
-# ---- driver stacks and node health (issue 14, docs/drivers.md and docs/health.md) ------------------
+# ---- driver stacks and node health (docs/drivers.md and docs/health.md) ---------------------------
 # Optional: a spec without these sections gets the version lock's stack per GPU SKU and the default
 # health checks. Meaning (SKU vs source, branch mixes, check names) is checked in spec/stacks.py.
 DriverSource = Literal["cuda-repo", "rocm-repo", "debian", "local-mirror"]
@@ -524,8 +524,8 @@ class ClusterSpec(Strict):
     fabric: Fabric
     storage: Storage = Field(default_factory=Storage)
     catalog: Catalog = Field(default_factory=Catalog)
-    drivers: Drivers = Field(default_factory=Drivers)  # issue 14 block (above)
-    health: Health = Field(default_factory=Health)  # issue 14 block (above)
+    drivers: Drivers = Field(default_factory=Drivers)  # driver stacks block (above)
+    health: Health = Field(default_factory=Health)  # node health block (above)
 
     @cached_property
     def parts(self) -> Catalog:

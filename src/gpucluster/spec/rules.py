@@ -67,8 +67,8 @@ def rule_units(spec: ClusterSpec) -> list[Unit]:
     units += [partial(rule, spec) for rule in (_collisions, _roles, _partitions, _slurm, version_rules,
                                                 tree_rules, _parameters, _fabric, _nvlink, _imex,
                                                 _host_arch)]
-    units.append(partial(stacks.check, spec))  # the drivers: and health: sections (issue 14)
-    units.append(partial(no_effect, spec))  # settings that change nothing where they are written (issue 23)
+    units.append(partial(stacks.check, spec))  # the drivers: and health: sections
+    units.append(partial(no_effect, spec))  # settings that change nothing where they are written
     return units + _storage_units(spec)
 
 

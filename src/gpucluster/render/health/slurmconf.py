@@ -1,6 +1,6 @@
 """The slurm.conf lines the health checks need, from the spec's health: section.
 
-The lead's slurm.conf template takes these lines as they are (docs/health.md, "Wiring"): the program
+The slurm.conf template (templates/) takes these lines as they are (docs/health.md, "Wiring"): the program
 path, the interval, which node states run it, and the license that caps the active checks.
 """
 
