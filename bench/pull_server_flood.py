@@ -8,8 +8,9 @@ whose server is still http.server's ThreadingHTTPServer, read with `git show REV
 into a temporary file; "after": the working tree), it starts the server in its own process on 127.0.0.1 (never
 another address) with the file limit systemd gives it (before: the default soft limit of 1024; after: the unit's
 LimitNOFILE, max connections + 1024), then measures what a legitimate node does: GET the pointer and PUT its
-result, first on an idle server, then while this process holds --connections idle connections to it. Every step is bounded in count and time; the
-run stops by itself (--deadline). Prints a table and writes the figures; asserts nothing (bench/ convention).
+result, first on an idle server, then while this process holds --connections idle connections to it. Every
+step is bounded in count and time; the run stops by itself (--deadline). Prints a table and writes the figures;
+asserts nothing (bench/ convention).
 """
 
 from __future__ import annotations
