@@ -15,13 +15,9 @@ Exit 0: finished; 1: halted (too many nodes of a wave failed, or Slurm failed): 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import time
-from pathlib import Path
 
 from gpucluster.commands._flags import print_json, report_flags
-from gpucluster.errors import OperationError, UsageError
 from gpucluster.words import plain
 
 EXAMPLES = """examples:
@@ -30,221 +26,57 @@ EXAMPLES = """examples:
 """
 
 
-def _target(args: argparse.Namespace):
-    """(cluster, inventory path or None, the loaded inventory or None, the inventory's state folder or None)."""
-    from gpucluster.cluster import load_cluster
-
-    p = Path(args.target)
-    if p.is_dir() or p.name in ("hosts.yml", "hosts.yaml"):
-        from gpucluster.inventory.reader import load_inventory
-
-        inv = load_inventory(p)
-        spec = inv.vars.get("gpucluster_spec")
-        if not spec or not Path(spec).is_file():
-            raise UsageError(f"{inv.path}: all.vars.gpucluster_spec is {spec or 'missing'}, not a spec file here; "
-                             "rewrite the inventory with `gpucluster inventory SPEC`, or give the SPEC")
-        return load_cluster(spec), p, inv, inv.vars.get("gpucluster_state_dir")
-    if not p.is_file():
-        raise UsageError(f"{args.target}: no such inventory folder or spec file; give one (e.g. inventories/prod)")
-    return load_cluster(p), None, None, None
-
-
-def _live(args: argparse.Namespace, cluster, inventory, inv, say):
-    """The inventory-backed hooks (rollout/live.py), or None for a SPEC target."""
-    if inv is None:
-        for flag in ("secrets", "tags"):
-            if getattr(args, flag):
-                raise UsageError(f"--{flag}: only with an INVENTORY (the rollout converges through it)")
-        return None
-    from gpucluster.rollout.live import LiveCluster
-
-    if args.secrets and not Path(args.secrets).is_file():
-        raise UsageError(f"--secrets {args.secrets}: no such file; write one with `gpucluster secrets --generate -o "
-                         "FILE`, or leave it out to use the cluster's own")
-    return LiveCluster(Path(inventory), inv, secrets=args.secrets, tags=args.tags, health=cluster.spec.health.enabled,
-                       say=say)
-
-
-def _busy_last(units: list, nodes: dict) -> list:
-    """Units with a job running on any of their nodes go last (stable): the idle ones are rolled while those jobs
-    run, and a wave that must wait for a job waits as late as it can."""
-    return sorted(units, key=lambda u: any(nodes[n].busy for n in u[1] if n in nodes))
-
-
 def cmd_rollout(args: argparse.Namespace) -> int:
-    from gpucluster.paths import state_dir
-    from gpucluster.rollout import engine, hooks, state
-    from gpucluster.rollout.slurmclient import Slurm, SlurmError
-    from gpucluster.rollout.waves import WaveError, parse_max_unavailable, plan_waves, topology_units
+    from gpucluster.rollout import actions
 
     def say(text: str) -> None:  # with --json, stdout holds the final state alone
         print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
 
-    cluster, inventory, inv, inv_state = _target(args)
-    live = _live(args, cluster, inventory, inv, say)
+    target = actions.target(args.target, secrets=args.secrets, tags=args.tags, say=say)
     if args.resize:
-        return _resize(cluster, args, live, say)
-    folder = state_dir(cluster.name, args.state_dir or inv_state)
+        resized = actions.resize_to(target, args.resize, dry_run=args.dry_run, poll=args.poll, say=say)
+        if resized.halted:
+            print(f"halted: {resized.halted}; run the same command again once their jobs have ended",
+                  file=sys.stderr)
+            return 1
+        for n, why in sorted(resized.errors.items()):
+            print(f"  {n}: stays drained: {why}")
+        return 1 if resized.errors else 0
     if args.status:
-        path = folder / state.NAME
-        s = _load(path, cluster.name)
-        _print_status(s, path, args.json)
+        _print_status(actions.status(target, state_dir=args.state_dir), args.json)
         return 0
-    hosts = cluster.contract_groups["slurm_compute"]
-    try:
-        units = topology_units(cluster.plan, args.by, hosts)
-        largest = max((len(n) for _, n in units), default=1)
-        cap = parse_max_unavailable(args.max_unavailable, len(hosts), largest)
-        if args.dry_run:
-            waves = plan_waves(units, cap, by=args.by)
+    waves = dict(by=args.by, max_unavailable=args.max_unavailable)
+    if args.dry_run:
+        plan = actions.plan(target, change=args.change, **waves)
+        if args.json:
+            print_json(plan.as_json())
+        else:
+            print("\n".join(plan.lines()))
+        return 0
+    hooks = dict(apply_command=args.apply_command, check_command=args.check_command, state_dir=args.state_dir,
+                 poll=args.poll, say=say)
+    if args.resume:
+        done = actions.resume(target, **waves, **hooks)
+        if done.already_finished:
+            print(f"rollout {done.state['id']} already finished; nothing to resume",
+                  file=sys.stderr if args.json else None)
             if args.json:
-                print_json({"cluster": cluster.name, "change": args.change, "by": args.by, "max_unavailable": cap,
-                            "nodes": len(hosts), "waves": [w.as_json() for w in waves]})
-                return 0
-            print(f"{cluster.name}: {args.change} in {len(waves)} waves by {args.by}, at most {cap} of {len(hosts)} "
-                  "nodes out at once (nodes drained by hand are left out when the rollout starts, and units running "
-                  "jobs then go last)")
-            for w in waves:
-                print(f"  wave {w.index:>3}: {len(w.nodes):>4} nodes  {', '.join(w.units)}")
+                _print_status(done, True)
             return 0
-    except WaveError as exc:
-        raise UsageError(f"{args.target}: {exc}") from None
-    try:
-        if args.resume:  # read only: the folder is checked, not created (state.load)
-            path = folder / state.NAME
-            s = _load(path, cluster.name)
-            slurm = live.slurm() if live else Slurm()
-            if s.get("finished"):
-                print(f"rollout {s['id']} already finished; nothing to resume", file=sys.stderr if args.json else None)
-                if args.json:
-                    _print_status(s, path, True)
-                return 0
-            s["halted"] = None
-        else:
-            path = state.state_path(folder)
-            if os.path.lexists(path):  # a link, even a dangling one, is refused by load, never written through
-                old = state.load(path)
-                if not old["finished"]:
-                    raise UsageError(f"{path}: rollout {old['id']} is not finished; continue it with --resume, see "
-                                     "it with --status, or move the file aside to abandon it")
-            slurm = live.slurm() if live else Slurm()
-            now = slurm.nodes(hosts)
-            skip = engine.out_for_others(now)
-            try:
-                waves = plan_waves(_busy_last(units, now), cap, by=args.by, skip=set(skip))
-            except WaveError as exc:
-                raise UsageError(f"{args.target}: {exc}") from None
-            rid = f"{cluster.name}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
-            s = engine.new_state(rid, cluster=cluster.name, source=str(cluster.source), change=args.change,
-                                 by=args.by, max_unavailable=cap, waves=waves, skipped=skip,
-                                 halt_share=args.halt_share / 100)
-            state.save(path, s)
-            say(f"rollout {rid}: {args.change} on {len(hosts) - len(skip)} nodes in {len(waves)} waves by {args.by}, "
-                f"at most {cap} out at once; {len(skip)} out of service for other reasons left alone; state in "
-                f"{path}")
-    except SlurmError as exc:
-        raise OperationError(str(exc)) from None
-    apply = (hooks.command_hook(args.apply_command, "--apply-command") if args.apply_command
-             else live.apply if live and s["change"] in ("drain", "reboot") else None)
-    check = (hooks.command_hook(args.check_command, "--check-command") if args.check_command
-             else live.check if live else None)
-    run = engine.Rollout(slurm, path, s, apply=apply, check=check, controller=live.controller if live else None,
-                         poll=args.poll, say=say)
-    try:
-        run.run()
-    except engine.Halted as exc:
-        print(f"halted: {exc}; fix the nodes, then --resume (state in {path})", file=sys.stderr)
-        _print_status(run.state, path, args.json)
-        return 1
-    except SlurmError as exc:
-        raise OperationError(f"{exc} (state kept in {path}: --resume continues)") from None
-    _print_status(run.state, path, args.json)
-    return 0
+    else:
+        done = actions.start(target, change=args.change, halt_share=args.halt_share / 100, **waves, **hooks)
+    if done.halted:
+        print(f"halted: {done.halted}; fix the nodes, then --resume (state in {done.path})", file=sys.stderr)
+    _print_status(done, args.json)
+    return 1 if done.halted else 0
 
 
-def _load(path: Path, cluster: str) -> dict:
-    """The state file, checked (state.load), and of this cluster."""
-    from gpucluster.rollout import state
-
-    s = state.load(path)
-    if s["cluster"] != cluster:
-        raise UsageError(f"{path}: cluster: the rollout of '{s['cluster']}', not of '{cluster}'; give that "
-                         "cluster's inventory or spec, or this cluster's --state-dir")
-    return s
-
-
-def _resize(cluster, args: argparse.Namespace, live, say) -> int:
-    """--resize NEW_SPEC: grow or shrink (rollout/resize.py). With an inventory written from NEW_SPEC (the new hosts
-    enrolled), the cluster is changed: the old node list is the one slurmctld has, the new one the spec's, and the
-    steps run through the inventory (rollout/live.py). Otherwise, with --dry-run, the plan between two specs."""
-    from gpucluster import slurmkeys
-    from gpucluster.cluster import load_cluster
-    from gpucluster.rollout import resize
-    from gpucluster.rollout.engine import Halted
-    from gpucluster.rollout.slurmclient import SlurmError
-
-    if not Path(args.resize).is_file():
-        raise UsageError(f"--resize {args.resize}: no such spec file; give the spec with the new node counts")
-    new = load_cluster(args.resize)
-    if new.name != cluster.name:
-        raise UsageError(f"--resize {args.resize}: cluster '{new.name}', not '{cluster.name}'; give the same "
-                         "cluster's spec with the node counts changed")
-    enrolled = live is not None and Path(cluster.source).resolve() == Path(args.resize).resolve()
-    if not enrolled and not args.dry_run:
-        raise UsageError(f"--resize {args.resize}: the inventory must be written from this spec first, so the new "
-                         "hosts are enrolled and the leaving ones are not: `gpucluster inventory NEW_SPEC -o "
-                         "INVENTORY ...` (or `stage up NEW_SPEC`), then `gpucluster rollout INVENTORY --resize "
-                         "NEW_SPEC`; with a SPEC, --dry-run prints the plan")
-    try:
-        slurm = live.slurm() if enrolled else None
-        if enrolled:
-            was = set(slurm.nodes())
-            now = new.contract_groups["slurm_compute"]
-            version = str(new.spec.slurm.version)
-            how = "reconfigure" if slurmkeys.change_class("NodeName", version) == "reconfigure" else "restart"
-            plan = resize.Resize(tuple(h for h in now if h not in was), tuple(sorted(was - set(now))),
-                                 tuple(h for h in now if h in was), version, how)
-        else:
-            plan = resize.plan_resize(cluster, new)
-        print(f"{cluster.name}: {len(plan.added)} nodes added, {len(plan.removed)} removed, {len(plan.kept)} kept; "
-              f"Slurm {plan.version} learns a node list by {plan.how}")
-        for i, step in enumerate(plan.steps(), 1):
-            print(f"  {i}. {step}")
-        if args.dry_run or not (plan.added or plan.removed):
-            return 0
-        from gpucluster.rollout.live import LiveController
-
-        rid = f"{cluster.name}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
-        ctl = LiveController(live)
-        resize.shrink(plan, ctl, slurm, rid, poll=args.poll, say=say)
-        errors = resize.grow(plan, ctl, slurm, rid, check=live.check, say=say)
-    except Halted as exc:
-        print(f"halted: {exc}; run the same command again once their jobs have ended", file=sys.stderr)
-        return 1
-    except SlurmError as exc:
-        raise OperationError(f"{exc}; the nodes keep their gpc: reasons: fix it, then run the same command again") \
-            from None
-    for n, why in sorted(errors.items()):
-        print(f"  {n}: stays drained: {why}")
-    return 1 if errors else 0
-
-
-def _print_status(s: dict, path: Path, as_json: bool = False) -> None:
-    from gpucluster.rollout.engine import summary
-
+def _print_status(outcome, as_json: bool = False) -> None:
     if as_json:
-        print_json({"state_file": str(path), **s})
-        return
-    done = sum(1 for w in s["waves"] if w["status"] == "done")
-    where = "finished" if s.get("finished") else f"halted: {s['halted']}" if s.get("halted") else "under way"
-    print(f"rollout {s['id']} ({s['change']} by {s['by']}, at most {s['max_unavailable']} out): {where}; "
-          f"{done}/{len(s['waves'])} waves done; controller: "
-          f"{', '.join(f'{k} {v}' for k, v in s['controller'].items())}  [{path}]")
-    running = [w for w in s["waves"] if w["status"] == "running"]
-    if running:
-        print(f"  wave {running[0]['index']} in progress: {', '.join(running[0]['units'])}")
-    for line in summary(s):
-        print(line)
+        print_json(outcome.as_json())
+    else:
+        for line in outcome.lines():
+            print(line)
 
 
 def _percent(text: str) -> float:
