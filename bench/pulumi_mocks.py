@@ -24,14 +24,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))  # pulumi_harness: the mocks tests/test_pulumi_*.py run the program under
 DEFAULT = ("staging", "meta-24k-roce", "colossus-100k")
 GRANULARITY = ((1, "node"), (2, "rack"), (64, "64, default"), (65536, "group"))
 
 
 def _config(name: str, batch: int | None, stage_dir: Path) -> dict[str, str]:
     import yaml
-
-    from gpucluster.deploy.testing import stack_config
+    from pulumi_harness import stack_config
 
     config = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{name}.yaml").read_text())["config"]
     extra = {k.removeprefix("gpucluster:"): v for k, v in config.items() if k != "gpucluster:spec"}
@@ -54,7 +54,7 @@ def _fake_stage_dir(spec: str) -> Path:
 def child(name: str, batch: int | None) -> None:
     """One fresh program run; prints one JSON line."""
     t0, c0 = time.perf_counter(), time.process_time()
-    from gpucluster.deploy.testing import ENROLLMENT, run_program
+    from pulumi_harness import ENROLLMENT, run_program
 
     stage = _fake_stage_dir(f"examples/{name}.yaml") if name == "staging" else Path("/nonexistent")
     run = run_program(_config(name, batch, stage), stack=name)

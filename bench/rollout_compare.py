@@ -12,7 +12,7 @@ rolled out to every node twice with the same ceiling:
 The reboot is real in the emulator: `scontrol reboot ASAP nextstate=RESUME reason="gpc:rollout ID"`; Slurm
 drains each node, lets its jobs finish, and runs RebootProgram, which stops that node's slurmd and starts it
 again with -b after --reboot-delay seconds (gpucluster/emulate/harness.py, REBOOT_SCRIPT); slurmctld resumes
-the node when it registers with its new boot time. Figures: gpucluster/rollout/compare.py.
+the node when it registers with its new boot time. Figures: bench/rollout_compare_lib.py.
 
     .venv/bin/python bench/rollout_compare.py                                   # 512 nodes, 16 leaves of 32
     .venv/bin/python bench/rollout_compare.py --nodes 64 --unit 16 --plot ''    # a smoke run
@@ -29,9 +29,10 @@ import textwrap
 import time
 from pathlib import Path
 
+import rollout_compare_lib as compare  # bench/ is sys.path[0]: the comparison's library beside this script
+
 from gpucluster.emulate.emulator import emulate
 from gpucluster.emulate.specs import scaled_spec, write_and_render
-from gpucluster.rollout import compare
 from gpucluster.rollout.waves import plan_waves, topology_units
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -127,8 +127,9 @@ def test_secrets_are_never_written_inside_the_checkout(tmp_path: Path, monkeypat
 def test_the_stacks_signing_key_reaches_the_secrets_file(tmp_path: Path, monkeypatch) -> None:
     """What the program exports (a mock run: the provider's real create drew the values) through
     `gpucluster secrets --pulumi-stack` into the file `gpucluster configure --secrets` checks and Ansible reads."""
+    from pulumi_harness import run_program, stack_config, unwrap
+
     from gpucluster.configure.secrets import checked_secrets
-    from gpucluster.deploy.testing import run_program, stack_config, unwrap
 
     run = run_program(stack_config(example_path("meta-rsc-phase1"), sshKeyPath="~/.ssh/k"), stack="to-file")
     values = unwrap(run.stack_outputs["ansibleSecrets"])

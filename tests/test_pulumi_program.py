@@ -19,9 +19,7 @@ from pathlib import Path
 import pulumi
 import pytest
 from conftest import EXAMPLES, ROOT, cluster_example, example_path, loaded_example
-
-from gpucluster.deploy.provider import signing_key_b64
-from gpucluster.deploy.testing import (
+from pulumi_harness import (
     ENROLLMENT,
     SECRET,
     ClusterMocks,
@@ -31,6 +29,8 @@ from gpucluster.deploy.testing import (
     stack_config,
     unwrap,
 )
+
+from gpucluster.deploy.provider import signing_key_b64
 from gpucluster.fabric.summary import plan_summary
 from gpucluster.inventory import inventory_data
 from gpucluster.inventory.reader import expand_hosts

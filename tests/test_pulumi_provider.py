@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 from conftest import example_path
+from pulumi_harness import ENROLLMENT, SECRET, run_program, stack_config, unwrap
 
 from gpucluster.configure.secrets import is_signing_key
 from gpucluster.deploy.provider import EnrollmentProvider, SecretProvider
-from gpucluster.deploy.testing import ENROLLMENT, SECRET, run_program, stack_config, unwrap
 
 KEY = "~/.ssh/gpucluster_ed25519"
 

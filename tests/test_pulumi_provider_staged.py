@@ -199,7 +199,7 @@ def test_the_staging_stack_enrolls_the_staged_cluster(staged) -> None:
     """The program as `pulumi up` runs it for stacks/Pulumi.staging.yaml, with the engine replaced by mocks
     that call the real provider: every staged node is reached with the key, ports and known_hosts of the
     stage directory, checked and enrolled; the inventory is exported; then everything is released."""
-    from gpucluster.deploy.testing import ClusterMocks, run_program, stack_config
+    from pulumi_harness import ClusterMocks, run_program, stack_config
 
     cfg, sc = staged
     mocks = ClusterMocks(enroll=True)

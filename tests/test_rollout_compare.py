@@ -14,13 +14,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import load_file
 
 from gpucluster.emulate.emulator import emulate
 from gpucluster.emulate.specs import scaled_spec, write_and_render
-from gpucluster.rollout import compare
 from gpucluster.rollout.slurmclient import Slurm
 from gpucluster.rollout.waves import plan_waves, topology_units
 
+compare = load_file(Path(__file__).resolve().parent.parent / "bench" / "rollout_compare_lib.py", "rollout_compare_lib")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 HAVE_SLURM = all(shutil.which(t) or Path("/usr/sbin", t).exists() for t in ("slurmctld", "slurmd", "munged"))
 pytestmark = [pytest.mark.skipif(not IN_CI and not HAVE_SLURM, reason="slurmctld/slurmd/munged not installed"),

@@ -1,6 +1,6 @@
 """One reboot-class change rolled out twice on one running cluster, under the same job arrivals and the same
 ceiling: topology-aware (waves of whole leaves) and topology-blind (random batches of the same size, what the
-anchors do: Slinky's share of a node set, a list of hosts cut in batches). Issue 18, "Emulated, at scale";
+anchors do: Slinky's share of a node set, a list of hosts cut in batches).
 bench/rollout_compare.py runs it at 512 emulated nodes, tests/test_rollout_compare.py at 32.
 
 It drives a real cluster through its Slurm clients only (a `run` function, as rollout.slurmclient): jobs go in

@@ -1,8 +1,8 @@
 """Run the stack program under `pulumi.runtime.set_mocks` and record what it registered.
 
-Shared by tests/test_pulumi_*.py and bench/pulumi_mocks.py. Each `run_program` call is a fresh
-program: new mocks, new monitor, new root stack, the stack config given as a dict, exactly the path
-`pulumi up` takes through `program.main` minus the engine.
+Shared by tests/test_pulumi_*.py and bench/pulumi_mocks.py (which puts tests/ on sys.path); a test harness,
+not part of the package. Each `run_program` call is a fresh program: new mocks, new monitor, new root stack,
+the stack config given as a dict, exactly the path `pulumi up` takes through `program.main` minus the engine.
 
 The mocks stand in for the engine's side of the dynamic providers:
 - every dynamic resource's serialized provider (`__provider`) is unpickled the way the provider
