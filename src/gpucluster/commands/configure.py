@@ -1,5 +1,5 @@
-"""`gpucluster configure INVENTORY`: argument parsing and printing only (the work is in
-gpucluster.configure.playbook and gpucluster.configure.pull).
+"""`gpucluster configure INVENTORY`: argument parsing and printing only (the work, push or pull included, is
+gpucluster.configure.converge.converge).
 
 configure exits 0 when every host converged (or, with --check, when the dry run ran), 1 with the
 failing hosts and their messages otherwise, 2 for bad input (no such inventory, playbook or secrets file).
@@ -19,80 +19,25 @@ EXAMPLES = """examples:
 
 
 def cmd_configure(args: argparse.Namespace) -> int:
-    from gpucluster.configure.playbook import configure, summary
-
-    if _pulls(args):
-        return _cmd_pull(args)
-    if args.full:
-        from gpucluster.errors import UsageError
-
-        raise UsageError("configure --full: only a pull skips the roles on a verified node, so --full goes with "
-                         "--pull (a push always runs every role)")
-    if getattr(args, "trigger", "ssh") != "ssh" or getattr(args, "wait", 1800.0) != 1800.0:
-        from gpucluster.errors import UsageError
-
-        raise UsageError("configure --trigger and --wait go with --pull: a push reaches every host over ssh itself")
-
-    def log(text: str) -> None:
-        print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
-
-    result = configure(args.inventory, playbook=args.playbook, limit=args.limit, tags=args.tags,
-                       project=args.project_dir, secrets=args.secrets, check=args.check, diff=args.diff,
-                       batch=args.batch, state_dir=args.state_dir, rotate=args.rotate, verbose=args.verbose, log=log,
-                       live=None)
-    if args.json:
-        print_json({"ok": result.ok, "failed_hosts": result.failed_hosts, **vars(result)})
-    else:
-        print(summary(result), flush=True)
-    return 0 if result.ok else 1
-
-
-def _pulls(args: argparse.Namespace) -> bool:
-    """--pull, --push, or neither: pull when the fleet is large (gpucluster.configure.pull.PULL_ABOVE)."""
-    if getattr(args, "pull", False) or getattr(args, "push", False):
-        return bool(args.pull)
-    from gpucluster.configure.pull import wants_pull
-
-    return wants_pull(args.inventory, args.limit)
-
-
-def _cmd_pull(args: argparse.Namespace) -> int:
-    """The fleet by pull; with neither --pull nor --push, the controller hosts by push first."""
-    from gpucluster.configure.playbook import configure, summary
-    from gpucluster.configure.pull import fleet, pull
-    from gpucluster.configure.pull import summary as pull_summary
-    from gpucluster.inventory.reader import inventory_file, load_inventory
+    from gpucluster.configure.converge import converge
 
     out = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the one JSON document
 
     def log(text: str) -> None:
         print(text, file=out, flush=True)
 
-    ok = True
-    if not args.pull:  # the default chose pull: the hosts that never pull converge by push first
-        _pull_hosts, push_hosts = fleet(load_inventory(inventory_file(args.inventory)), args.limit)
-        pushed = configure(args.inventory, playbook=args.playbook, limit=",".join(push_hosts), tags=args.tags,
-                           project=args.project_dir, secrets=args.secrets, check=args.check, diff=args.diff,
-                           state_dir=args.state_dir, rotate=args.rotate, verbose=args.verbose, log=log, live=None)
-        print(summary(pushed), file=out, flush=True)
-        ok = pushed.ok
-    values = None
-    if args.secrets:
-        from gpucluster.configure.secrets import checked_secrets
-
-        values, _raw = checked_secrets(args.secrets)
-    result = pull(args.inventory, limit=args.limit, tags=args.tags, check=args.check, diff=args.diff,
-                  full=args.full, secrets=values, state_dir=args.state_dir, project=args.project_dir,
-                  concurrency=args.concurrency, trigger=getattr(args, "trigger", "ssh"),
-                  wait=getattr(args, "wait", 1800.0), log=log)
-    print(pull_summary(result), file=out, flush=True)
+    result = converge(args.inventory, mode="pull" if args.pull else "push" if args.push else "auto",
+                      playbook=args.playbook, limit=args.limit, tags=args.tags, project=args.project_dir,
+                      secrets=args.secrets, check=args.check, diff=args.diff, batch=args.batch,
+                      state_dir=args.state_dir, rotate=args.rotate, verbose=args.verbose, full=args.full,
+                      concurrency=args.concurrency, trigger=args.trigger, wait=args.wait, log=log, live=None)
+    if result.pull is not None:  # a pull's summary is progress: with --json it goes to stderr
+        print(result.summary(), file=out, flush=True)
     if args.json:
-        from dataclasses import asdict
-
-        print_json({"ok": ok and result.ok, "bundle": result.bundle, "serial": result.serial,
-                    "push_hosts": result.push_hosts,
-                    "seconds": round(result.elapsed, 3), "hosts": {h: asdict(r) for h, r in result.hosts.items()}})
-    return 0 if ok and result.ok else 1
+        print_json(result.as_json())
+    elif result.pull is None:
+        print(result.summary(), flush=True)
+    return 0 if result.ok else 1
 
 
 def register(sub) -> None:
