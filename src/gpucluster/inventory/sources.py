@@ -283,14 +283,7 @@ def from_hosts_file(path: str | os.PathLike, hosts: list[str], *, spec_file: str
                                  "hosts-file", file=name)]) from None
     findings: list[Finding] = []
     rows = _csv_rows(text, name)
-    header_at = next((i for i, r in enumerate(rows) if r and not r[0].lstrip().startswith("#")), None)
-    columns = [c.strip().lower() for c in rows[header_at]] if header_at is not None else []
-    allowed = [["hostname", "address"], ["hostname", "address", "port"], ["hostname", "address", "port", "user"],
-               ["hostname", "address", "user"]]
-    if columns not in allowed:
-        raise SpecError([Finding(("header",), f"the header is {','.join(columns) or 'missing'}",
-                                 "start the file with the line: hostname,address[,port][,user]", "hosts-file",
-                                 file=name, line=(header_at or 0) + 1)])
+    header_at, columns = _hosts_file_header(rows, name)
     known = set(hosts)
     out: dict[str, dict] = {}
     first_line: dict[str, int] = {}
@@ -318,29 +311,10 @@ def from_hosts_file(path: str | os.PathLike, hosts: list[str], *, spec_file: str
                                     "keep one line per host", "duplicate", file=name, line=i))
             continue
         first_line[host] = i
-        conn: dict = {}
-        if not valid_address(rec["address"]):
-            findings.append(Finding(("address",), f"'{rec['address']}' is not a host name or IP address",
-                                    "give a DNS name or an IPv4/IPv6 address (an IPv6 scope id is an interface "
-                                    "name, e.g. fe80::1%eth0)", "hosts-file", file=name, line=i))
+        conn, problem = _row_connection(rec, name, i)
+        if problem:
+            findings.append(problem)
             continue
-        if rec["address"] != host:
-            conn["ansible_host"] = rec["address"]
-        port = rec.get("port", "")
-        if port:
-            if not valid_port(port):
-                findings.append(Finding(("port",), f"'{port}' is not a TCP port", "give a number from 1 to 65535, "
-                                        "or leave it empty for 22", "hosts-file", file=name, line=i))
-                continue
-            if int(port) != 22:
-                conn["ansible_port"] = int(port)
-        user = rec.get("user", "")
-        if user:
-            if not valid_user(user):
-                findings.append(Finding(("user",), f"'{user}' is not a user name", "give a login name such as root",
-                                        "hosts-file", file=name, line=i))
-                continue
-            conn["ansible_user"] = user
         out[host] = conn
     missing = [h for h in hosts if h not in out and h not in first_line] if require_all else []
     if missing:
@@ -350,6 +324,47 @@ def from_hosts_file(path: str | os.PathLike, hosts: list[str], *, spec_file: str
     if findings:
         raise SpecError(findings)
     return out
+
+
+def _hosts_file_header(rows: list[list[str]], name: str) -> tuple[int, list[str]]:
+    """The first line that is not a comment, as lower-case column names; raises SpecError unless it is one of
+    the four headers the format allows (nothing after it can be read without it)."""
+    header_at = next((i for i, r in enumerate(rows) if r and not r[0].lstrip().startswith("#")), None)
+    columns = [c.strip().lower() for c in rows[header_at]] if header_at is not None else []
+    allowed = [["hostname", "address"], ["hostname", "address", "port"], ["hostname", "address", "port", "user"],
+               ["hostname", "address", "user"]]
+    if columns not in allowed:
+        raise SpecError([Finding(("header",), f"the header is {','.join(columns) or 'missing'}",
+                                 "start the file with the line: hostname,address[,port][,user]", "hosts-file",
+                                 file=name, line=(header_at or 0) + 1)])
+    return header_at, columns
+
+
+def _row_connection(rec: dict[str, str], name: str, line: int) -> tuple[dict, Finding | None]:
+    """One row's Ansible connection variables (only those that differ from the defaults: the hostname as the
+    address, port 22, the configured user), or the first field that is not valid, located at `line`."""
+    host = rec["hostname"]
+    conn: dict = {}
+    if not valid_address(rec["address"]):
+        return conn, Finding(("address",), f"'{rec['address']}' is not a host name or IP address",
+                             "give a DNS name or an IPv4/IPv6 address (an IPv6 scope id is an interface "
+                             "name, e.g. fe80::1%eth0)", "hosts-file", file=name, line=line)
+    if rec["address"] != host:
+        conn["ansible_host"] = rec["address"]
+    port = rec.get("port", "")
+    if port:
+        if not valid_port(port):
+            return conn, Finding(("port",), f"'{port}' is not a TCP port", "give a number from 1 to 65535, "
+                                 "or leave it empty for 22", "hosts-file", file=name, line=line)
+        if int(port) != 22:
+            conn["ansible_port"] = int(port)
+    user = rec.get("user", "")
+    if user:
+        if not valid_user(user):
+            return conn, Finding(("user",), f"'{user}' is not a user name", "give a login name such as root",
+                                 "hosts-file", file=name, line=line)
+        conn["ansible_user"] = user
+    return conn, None
 
 
 def _csv_rows(text: str, name: str) -> list[list[str]]:
