@@ -9,12 +9,8 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-import tempfile
-import time
-from pathlib import Path
 
 from gpucluster.commands._flags import print_json, report_flags
-from gpucluster.errors import UsageError
 from gpucluster.words import plain
 
 EXAMPLES = """examples:
@@ -36,95 +32,25 @@ def _workers(text: str) -> int | str:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from gpucluster.inventory.reader import load_inventory
-    from gpucluster.validate import expect, report
-    from gpucluster.validate import suite as runner
-    from gpucluster.validate.thresholds import load_thresholds
+    from gpucluster.validate.validation import validate
 
-    t0 = time.perf_counter()
-    inv = load_inventory(args.inventory)
-    opts = expect.Options(limit=args.limit, thresholds=load_thresholds(args.thresholds),
-                          nccl_bytes=args.nccl_bytes, nccl_binary=args.nccl_binary,
-                          run_id=time.strftime("%Y%m%d-%H%M%S") + f"-{int(time.time() * 1000) % 1000:03d}",
-                          probes=args.probes)
-    doc = expect.build(inv, opts, state_dir=args.state_dir)
-    hosts = doc["selected"]
-    if not hosts:
-        raise UsageError(f"{inv.path}: --limit {args.limit!r} selects no host")
-    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="gpucluster-validate-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    expect_path = expect.write(doc, workdir / "expectations.json")
-    workers = runner.default_workers(len(hosts)) if args.workers == "auto" else min(args.workers, len(hosts))
-    extra = (["-k", args.keyword] if args.keyword else []) + [f"--gpc-ssh={args.ssh}"]
-
-    rep = report.Report(title=f"gpucluster validate {doc['cluster']}")
-    junits: list[tuple[Path, str]] = []
-    if args.via_slurm:
-        from gpucluster.validate.viaslurm import run_via_slurm
-
-        outcome = run_via_slurm(inv, doc, expect_path, workdir, workers=workers, extra=extra,
-                                time_limit=args.slurm_time, sbatch_args=args.sbatch_args, stream=args.verbose,
-                                keep=args.keep)
-        junits = outcome.junits
-        rep.notes += outcome.notes
-        over_ssh = len(hosts) - outcome.job_hosts
-        mode = (f"via Slurm: {outcome.job_hosts} nodes in job {', '.join(outcome.jobs) or '-'}, "
-                f"{over_ssh} hosts over SSH")
-    else:
-        from gpucluster.progress import status_line
-
-        started = time.monotonic()
-        with status_line(every=10.0, stream=sys.stderr) as show:
-            def counter(c: dict[str, int]) -> None:  # validate's live line: checks done so far
-                show(f"validate: {c['passed']:,} passed, {c['failed']:,} failed, {c['skipped']:,} skipped "
-                     f"({time.monotonic() - started:.0f} s, {len(hosts):,} hosts, -n {workers})")
-
-            res = runner.run_pytest(expect_path, hosts, workers, workdir, stream=args.verbose, extra=extra,
-                                    on_progress=None if args.verbose else counter)
-        if not res.junit.exists() or res.rc in (2, 3, 4):  # interrupted, internal error, usage error
-            print(f"error: the validation suite itself failed (pytest exit {res.rc}); log: {res.log}\n"
-                  + _tail(res.log), file=sys.stderr)
-            return 3
-        junits = [(res.junit, "ssh")]
-        mode = f"over SSH, -n {workers}"
-    for path, source in junits:
-        rep.results += report.parse_junit(path, source)
-    rep.seconds = time.perf_counter() - t0
-    rep.title = f"gpucluster validate {doc['cluster']} ({mode})"
-    rep.notes += doc.get("notes", [])
-    if doc["slurm"]["profile"] != "production":
-        rep.notes.append(f"slurm.profile is '{doc['slurm']['profile']}': the settings listed under "
-                         "'differs from production' are not what a production cluster runs")
-
-    if args.junit:
-        report.merge_junit(junits, Path(args.junit))
-    elif junits:
-        report.merge_junit(junits, workdir / "validate.xml")
-    if args.html:
-        report.write_html(rep, Path(args.html))
-    outputs = [p for p in (args.junit, args.html) if p]
-    kept = args.keep or args.workdir
+    run = validate(args.inventory, limit=args.limit, workers=args.workers, keyword=args.keyword, ssh=args.ssh,
+                   thresholds=args.thresholds, nccl_bytes=args.nccl_bytes, nccl_binary=args.nccl_binary,
+                   probes=args.probes, state_dir=args.state_dir, via_slurm=args.via_slurm,
+                   slurm_time=args.slurm_time, sbatch_args=args.sbatch_args, verbose=args.verbose,
+                   workdir=args.workdir, keep=args.keep, junit=args.junit, html=args.html)
+    if run.suite_error:
+        print(run.suite_error, file=sys.stderr)
+        return 3
     if args.json:
-        print_json({"title": rep.title, "ok": rep.ok, "seconds": round(rep.seconds, 3), "notes": rep.notes,
-                    "counts": {k: sum(1 for r in rep.results if r.outcome == k)
-                               for k in ("passed", "failed", "skipped", "differs")},
-                    "results": rep.results, "reports": outputs, "run_folder": str(workdir) if kept else None})
+        print_json(run.as_json())
     else:
-        print(report.summary_text(rep, width=shutil.get_terminal_size((110, 24)).columns))
-        if outputs:
-            print("report: " + ", ".join(outputs))
-        if kept:
-            print(f"run folder (expectations, pytest logs): {workdir}")
-    if not kept:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return 0 if rep.ok else 1
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text().splitlines()[-lines:])
-    except OSError:
-        return ""
+        print(run.text(width=shutil.get_terminal_size((110, 24)).columns))
+        if run.outputs:
+            print("report: " + ", ".join(run.outputs))
+        if run.run_folder:
+            print(f"run folder (expectations, pytest logs): {run.run_folder}")
+    return 0 if run.ok else 1
 
 
 def register(sub) -> None:
