@@ -29,7 +29,6 @@ EXCEPTIONS = {
     "emulate/adapt.py:adapt_slurm_conf": "being split into its named steps",
     "emulate/adapt.py:_adapt_nodes": "being split into its named steps",
     "stage/podman.py:up": "being split into its named steps",
-    "fabric/cabling.py:cabling_rows": "being split into its named steps",
 }
 
 

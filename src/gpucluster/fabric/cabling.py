@@ -61,7 +61,6 @@ def cabling_rows(plan: Plan) -> Iterator[str]:
     rail_design = plan.design == "rail-optimized"
     per_group = max(1, rails // groups_n) if rail_design else 1
     leaf = plan.tier("leaf")
-    spine = plan.tier("spine")
     pods = plan.pod_plans
     spine_base = _offsets([groups_n * p.spines for p in pods])
     ports = _Ports()
@@ -109,27 +108,36 @@ def cabling_rows(plan: Plan) -> Iterator[str]:
                 rows.append(lname + (tail + lname).join(block) + tail)
         yield "".join(rows)
     if plan.tiers == 3:
-        c_per = plan.cores_per_plane
-        s_full = plan.spines_per_group
-        core_tail = ",spine-core,fiber\n"
-        core_cols: dict[tuple[int, int, int], list[list[str]]] = {}
-        core_base = _offsets([p.links_per_core for p in pods])
-        for pod in pods:
-            reach = pod.planes * c_per  # a spine reaches these consecutive cores (its planes' cores)
-            # uplink q of a spine lands on core port core_base + q // reach + 1: one tail per block of `reach`
-            tails = [ports[core_base[pod.index] + k + 1] + core_tail
-                     for k in range(-(-pod.spine_up // reach) if pod.spine_up else 0)]
-            for g in range(groups_n):
-                for s in range(pod.spines):
-                    sname = f"spine{spine_base[pod.index] + g * pod.spines + s + 1:05d}"
-                    first_core = (g * s_full + s * pod.planes) * c_per + 1
-                    blocks = core_cols.get((first_core, reach, pod.spine_up))
-                    if blocks is None:
-                        blocks = core_cols[first_core, reach, pod.spine_up] = _blocks(
-                            [f",{spine.down + q + 1},core{first_core + q % reach:05d}," for q in range(pod.spine_up)],
-                            reach)
-                    yield "".join([sname + (tail + sname).join(block) + tail
-                                   for block, tail in zip(blocks, tails, strict=True)])
+        yield from _spine_core_chunks(plan, ports, spine_base)
+
+
+def _spine_core_chunks(plan: Plan, ports: _Ports, spine_base: list[int]) -> Iterator[str]:
+    """The spine -> core links of a 3-tier fabric, one chunk per spine: spine s of rail group g in a pod reaches
+    the consecutive cores of its planes, and core ports are numbered pod after pod (`core_base`)."""
+    spine = plan.tier("spine")
+    pods = plan.pod_plans
+    groups_n = plan.rail_groups
+    c_per = plan.cores_per_plane
+    s_full = plan.spines_per_group
+    core_tail = ",spine-core,fiber\n"
+    core_cols: dict[tuple[int, int, int], list[list[str]]] = {}
+    core_base = _offsets([p.links_per_core for p in pods])
+    for pod in pods:
+        reach = pod.planes * c_per  # a spine reaches these consecutive cores (its planes' cores)
+        # uplink q of a spine lands on core port core_base + q // reach + 1: one tail per block of `reach`
+        tails = [ports[core_base[pod.index] + k + 1] + core_tail
+                 for k in range(-(-pod.spine_up // reach) if pod.spine_up else 0)]
+        for g in range(groups_n):
+            for s in range(pod.spines):
+                sname = f"spine{spine_base[pod.index] + g * pod.spines + s + 1:05d}"
+                first_core = (g * s_full + s * pod.planes) * c_per + 1
+                blocks = core_cols.get((first_core, reach, pod.spine_up))
+                if blocks is None:
+                    blocks = core_cols[first_core, reach, pod.spine_up] = _blocks(
+                        [f",{spine.down + q + 1},core{first_core + q % reach:05d}," for q in range(pod.spine_up)],
+                        reach)
+                yield "".join([sname + (tail + sname).join(block) + tail
+                               for block, tail in zip(blocks, tails, strict=True)])
 
 
 def bom_rows(plan: Plan) -> list[list]:
