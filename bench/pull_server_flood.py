@@ -3,8 +3,8 @@
     .venv/bin/python bench/pull_server_flood.py                       # writes bench/pull-server-flood.json
     .venv/bin/python bench/pull_server_flood.py --connections 500 --json /tmp/x.json
 
-For each version of the node program gpucluster-pull (src/gpucluster/node/pull.py; "before": the newest commit
-whose server is still http.server's ThreadingHTTPServer, read with `git show REV:PATH` from the path it had then
+For each version of the node program gpucluster-pull (src/gpucluster/node/pullrunner.py; "before": the newest
+commit whose server is still http.server's ThreadingHTTPServer, read with `git show REV:PATH` from the path it had then
 into a temporary file; "after": the working tree), it starts the server in its own process on 127.0.0.1 (never
 another address) with the file limit systemd gives it (before: the default soft limit of 1024; after: the unit's
 LimitNOFILE, max connections + 1024), then measures what a legitimate node does: GET the pointer and PUT its
@@ -31,9 +31,9 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = "src/gpucluster/node/pull.py"
+SCRIPT = "src/gpucluster/node/pullrunner.py"
 # Where the program lived in older commits (the "before" server is one of them).
-OLD_PATHS = ("roles/pull_runner/files/gpucluster-pull",)
+OLD_PATHS = ("src/gpucluster/node/pull.py", "roles/pull_runner/files/gpucluster-pull")
 SERVER = """
 import importlib.machinery, importlib.util, resource, sys
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -172,7 +172,7 @@ def main() -> int:
     signal.signal(signal.SIGALRM, lambda *_: sys.exit("stopped at --deadline"))
     signal.alarm(int(args.deadline))
 
-    from gpucluster.node import pull as node  # the node program, to sign a result as a node does
+    from gpucluster.node import pullrunner as node  # the node program, to sign a result as a node does
 
     rev = args.before or before_revision()
     old = program_at(rev)

@@ -16,6 +16,7 @@ from conftest import load_file
 
 from gpucluster.cluster import cluster_of, load_cluster
 from gpucluster.errors import UsageError
+from gpucluster.node import roceqos
 from gpucluster.render import render_all
 from gpucluster.render.switch import sonic_lanes, switch_configs
 from gpucluster.spec.loader import validate_data
@@ -57,8 +58,9 @@ def test_nccl_host_and_switch_agree(tmp_path, roce):
     assert host["ROCE_TRUST"] == "dscp"
     assert int(host["ROCE_DSCP"]) == want.dscp and int(host["ROCE_PFC_PRIORITY"]) == want.pfc_priority
     assert host["ROCE_PFC_MAP"].split(",")[want.pfc_priority] == "1" and host["ROCE_PFC_MAP"].count("1") == 1
-    script = (ROOT / "roles/rdma/files/gpucluster-roce-qos").read_text()
-    assert 'dscp-prio "$ROCE_DSCP:$ROCE_PFC_PRIORITY"' in script  # the script maps exactly that pair
+    steps = roceqos.port_steps(roceqos.read_conf(conf), "mlx5_0", "1", "ens1", mlnx_qos=False, apptrust=True)
+    (mapped,) = [argv[6:] for kind, argv, *_ in steps if kind == "run" and argv[:3] == ["dcb", "app", "replace"]]
+    assert mapped == [f"{want.dscp}:{want.pfc_priority}", f"{want.cnp_dscp}:{want.cnp_priority}"]  # exactly that pair
     # 3. the switches: every tier maps the same DSCP to the lossless priority, PFC on it alone
     files = switch_configs(cluster.spec, cluster.plan)
     assert {n.split("-")[1] for n in files} == {"sonic", "eos"}  # wedge400 (ocp) leaves, Arista spine/core

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpucluster.errors import UsageError
-from gpucluster.node import pull as node
+from gpucluster.node import pullrunner as node
 
 ROOT = Path(__file__).resolve().parents[1]
 # The node program (the pull_runner role installs this file as /usr/local/sbin/gpucluster-pull).
@@ -56,7 +56,7 @@ def test_the_bundle_is_named_by_its_manifest_and_built_the_same_twice(compiled):
         names = sorted(m.name for m in tar.getmembers())
     assert hashlib.sha256(text).hexdigest() == one.hash
     for need in ("compiled/facts.json", "ansible.cfg", "inventory/hosts.yml", "playbooks/site.yml",
-                 "roles/nccl/tasks/main.yml", "python/gpucluster/node/pull.py",
+                 "roles/nccl/tasks/main.yml", "python/gpucluster/node/pullrunner.py",
                  "python/gpucluster/render/templating.py", "python/hostlist.py", "python/ansible/cli/playbook.py"):
         assert need in names, need
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)

@@ -2,7 +2,7 @@
 fleet"): bundles, pointers, result bodies and connections an attacker controls. Every case asserts no traceback
 and no wrong action (nothing unpacked or run, no pointer accepted, no result taken as converged, no escape
 sequence printed). Real ssh-keygen keys and signatures, the real bundle server on 127.0.0.1 (never any other
-address), the real node program (gpucluster.node.pull, installed as gpucluster-pull); no cluster."""
+address), the real node program (gpucluster.node.pullrunner, installed as gpucluster-pull); no cluster."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def keys(tmp_path_factory):
 
 @pytest.fixture
 def node(tmp_path, monkeypatch):
-    from gpucluster.node import pull
+    from gpucluster.node import pullrunner as pull
 
     monkeypatch.setattr(pull, "WORK", str(tmp_path / "work"))
     return pull

@@ -40,10 +40,10 @@ PLAYBOOK = """\
 
 @pytest.fixture
 def node(tmp_path, monkeypatch):
-    """The node program (gpucluster.node.pull) with its working folder, an unpacked 'bundle' (the tiny playbook,
-    the node's ansible.cfg, the manifest callback) and the folder its playbook manages, all under tmp_path."""
+    """The node program (gpucluster.node.pullrunner) with its working folder, an unpacked 'bundle' (the tiny
+    playbook, the node's ansible.cfg, the manifest callback) and the folder its playbook manages, all under tmp_path."""
     from gpucluster.configure.bundle import NODE_ANSIBLE_CFG
-    from gpucluster.node import pull as module
+    from gpucluster.node import pullrunner as module
 
     monkeypatch.setattr(module, "WORK", str(tmp_path / "work"))
     out, bundle = tmp_path / "managed", tmp_path / "bundle"

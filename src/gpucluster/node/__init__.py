@@ -1,13 +1,20 @@
-"""The node side of the health checks: standalone scripts for nodes that have only python3.
+"""Everything gpucluster runs on nodes: standalone programs for nodes that have only python3.
 
-The slurm_health role copies these files to /usr/local/lib/gpucluster/health/ on every compute node;
-they import nothing but the standard library and each other, so no gpucluster package is needed
-there. `runner.py` is Slurm's HealthCheckProgram; `checks.py` runs one check; `decide.py` is the
+Each file imports nothing but the standard library and the files beside it, so no gpucluster package is
+needed on a node; roles copy the files as they are, from the folder facts.json names (the controller's
+package on a push, the bundle's copy on a node's own pull). `pullrunner.py` is gpucluster-pull (the
+pull_runner role installs it as /usr/local/sbin/gpucluster-pull); `roceqos.py` is gpucluster-roce-qos (the
+rdma role installs it as /usr/local/sbin/gpucluster-roce-qos).
+
+The health checks (FILES): the slurm_health role copies them to /usr/local/lib/gpucluster/health/ on every
+compute node. `runner.py` is Slurm's HealthCheckProgram; `checks.py` runs one check; `decide.py` is the
 pure drain/resume decision; `slurmctl.py` reads and changes the node's state with scontrol, through
 `privmunge.py`'s private munged when the node's own is down.
 """
 
 FILES = ("runner.py", "checks.py", "decide.py", "slurmctl.py", "privmunge.py")
+# The other node programs, each installed by its own role under its command name (not health scripts).
+PROGRAMS = {"pullrunner.py": "gpucluster-pull", "roceqos.py": "gpucluster-roce-qos"}
 
 # Where these files are, for the renderer that ships them (they are copied as they are).
 NODE_DIR = __import__("pathlib").Path(__file__).resolve().parent

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """gpucluster-pull: a node converges itself from the cluster's compiled bundle (docs/roles.md, "Converging a fleet").
 
-One file, gpucluster.node.pull in the repository: the pull_runner role copies it as it is to
+One file, gpucluster.node.pullrunner in the repository: the pull_runner role copies it as it is to
 /usr/local/sbin/gpucluster-pull (by push once, then from each bundle a node converges to). Python's standard
 library only: it runs before anything else the bundle brings. Its commands:
 
