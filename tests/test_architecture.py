@@ -246,3 +246,99 @@ def test_a_command_module_imports_only_floor_0_until_its_command_runs(path):
             assert not any(a.name.startswith("gpucluster") and _floor(a.name) for a in node.names), \
                 f"{path.name}:{node.lineno}"
 
+
+
+# The library modules each command module may import (inside its functions): the entry points of its action.
+# A command parses, calls, prints; a decision it needs lives in the library, behind one of these. A new import in
+# a command module fails here until the table (and docs/architecture.md, "One entry point per action") says why.
+# Floor 0 (errors, words, progress, outputs, paths...) and the commands' own _flags are open to every command.
+COMMAND_ENTRY_POINTS: dict[str, set[str]] = {
+    "__init__": set(),
+    "_flags": set(),
+    "check": {"gpucluster.cluster", "gpucluster.report.terminal"},
+    "configure": {"gpucluster.configure.converge"},
+    "demo": {"gpucluster.demo.run"},
+    "diff": {"gpucluster.diff", "gpucluster.diff.running", "gpucluster.inventory.reader"},
+    "emulate": {"gpucluster.emulate.emulator", "gpucluster.emulate.harness", "gpucluster.emulate.specs"},
+    "expand": {"gpucluster.spec.expand"},
+    "fabric": {"gpucluster.asbuilt.discover", "gpucluster.asbuilt.fabrictest", "gpucluster.asbuilt.findings",
+               "gpucluster.asbuilt.ibnetdiscover", "gpucluster.asbuilt.lldp", "gpucluster.asbuilt.names",
+               "gpucluster.asbuilt.nvlink", "gpucluster.asbuilt.planned", "gpucluster.asbuilt.slurmrun",
+               "gpucluster.asbuilt.slurmview", "gpucluster.asbuilt.verify", "gpucluster.cluster",
+               "gpucluster.inventory.reader", "gpucluster.render", "gpucluster.render.ibtopo",
+               "gpucluster.render.switch"},
+    "health": {"gpucluster.cluster", "gpucluster.configure.playbook", "gpucluster.health.remote",
+               "gpucluster.health.status", "gpucluster.inventory.reader", "gpucluster.render",
+               "gpucluster.render.health.rolefiles"},
+    "inventory": {"gpucluster.cluster", "gpucluster.compiled", "gpucluster.deploy.stackoutputs",
+                  "gpucluster.inventory.build"},
+    "plan": {"gpucluster.cluster", "gpucluster.fabric.summary", "gpucluster.report.export",
+             "gpucluster.report.terminal"},
+    "render": {"gpucluster.cluster", "gpucluster.fabric.cabling", "gpucluster.render", "gpucluster.report.terminal"},
+    "rollout": {"gpucluster.rollout.actions"},
+    "secrets": {"gpucluster.configure.secrets", "gpucluster.deploy.stackoutputs"},
+    "stage": {"gpucluster.stage.lifecycle"},
+    "validate": {"gpucluster.validate.validation"},
+}
+# Functions of commands/ longer than COMMAND_FUNCTION_LINES, each with the reason it may be.
+LONG_COMMAND_FUNCTIONS = {
+    ("fabric.py", "register"): "the arguments of fabric's five subcommands, declared one after another (no decision)",
+}
+COMMAND_FUNCTION_LINES = 80
+
+
+def _library_imports(path: Path) -> dict[str, int]:
+    """{library module a command module imports: first line}: `from X import Y` names module X.Y where Y is one;
+    floor 0 and the commands' own modules left out."""
+    out: dict[str, int] = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpucluster"):
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                found = (SRC.parent / Path(*sub.split(".")))
+                names.append(sub if found.with_suffix(".py").is_file() or found.is_dir() else node.module)
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name.startswith("gpucluster")]
+        for name in names:
+            if not _is_cli(name) and _floor(name) > 0:
+                out.setdefault(name, node.lineno)
+    return out
+
+
+def test_the_entry_point_table_names_every_command_module_and_real_modules():
+    assert set(COMMAND_ENTRY_POINTS) == {p.stem for p in (SRC / "commands").glob("*.py")}
+    for modules in COMMAND_ENTRY_POINTS.values():
+        for name in modules:
+            found = SRC.parent / Path(*name.split("."))
+            assert found.with_suffix(".py").is_file() or found.is_dir(), f"{name}: no such module"
+
+
+@pytest.mark.parametrize("path", sorted((SRC / "commands").glob("*.py")), ids=lambda p: p.name)
+def test_a_command_module_imports_only_its_entry_points(path):
+    """A command parses its arguments, calls its action's entry point and prints: it imports the library modules
+    COMMAND_ENTRY_POINTS lists for it and no other (a decision added to a command module brings an import of what
+    it decides with, and fails here; move it behind the entry point instead)."""
+    allowed = COMMAND_ENTRY_POINTS[path.stem]
+    extra = {m: line for m, line in _library_imports(path).items() if m not in allowed}
+    assert not extra, (f"commands/{path.name} imports {', '.join(f'{m} (line {n})' for m, n in extra.items())}, not "
+                       f"an entry point of its command ({', '.join(sorted(allowed)) or 'none'}): put the decision "
+                       "in the library, behind that entry point")
+    unused = allowed - set(_library_imports(path))
+    assert not unused, f"COMMAND_ENTRY_POINTS['{path.stem}'] lists {sorted(unused)}, which it no longer imports"
+
+
+def _command_functions():
+    for path in sorted((SRC / "commands").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield path.name, node.name, node.end_lineno - node.lineno + 1
+
+
+def test_no_command_function_is_long():
+    """A command function that parses, calls and prints fits in COMMAND_FUNCTION_LINES; a longer one is deciding
+    something the library should."""
+    long = {(f, name): n for f, name, n in _command_functions() if n > COMMAND_FUNCTION_LINES}
+    assert set(long) <= set(LONG_COMMAND_FUNCTIONS), \
+        f"functions in commands/ over {COMMAND_FUNCTION_LINES} lines: {long}; move their decisions to the library"
+    assert set(LONG_COMMAND_FUNCTIONS) <= set(long), "LONG_COMMAND_FUNCTIONS lists functions that are short now"
