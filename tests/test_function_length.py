@@ -27,7 +27,6 @@ EXCEPTIONS = {
     "rollout/state.py:problems": "being split with its command's entry point (rollout)",
     "fabric/plan.py:plan_cluster": "being split into its named steps",
     "emulate/adapt.py:adapt_slurm_conf": "being split into its named steps",
-    "emulate/adapt.py:_adapt_nodes": "being split into its named steps",
     "stage/podman.py:up": "being split into its named steps",
 }
 

@@ -386,6 +386,14 @@ def _adapt_nodes(conf: SlurmConf, layout: Layout, notes: list[Adaptation]) -> di
             out.append(new)
             n_local += len(away)
     conf.lines = out
+    notes.extend(_node_notes(ports, n_local, n_absent, layout.absent_state))
+    return ports
+
+
+def _node_notes(ports: dict[str, int], n_local: int, n_absent: int, absent_state: str | None) -> list[Adaptation]:
+    """What _adapt_nodes changed on the NodeName lines, one note per kind: emulated nodes on local ports,
+    nodes without a slurmd at a numeric address, and those nodes' state."""
+    notes: list[Adaptation] = []
     if ports:
         notes.append(
             Adaptation(
@@ -413,11 +421,11 @@ def _adapt_nodes(conf: SlurmConf, layout: Layout, notes: list[Adaptation]) -> di
                 "slurm.conf",
                 "NodeName: State",
                 None,
-                f"State={layout.absent_state} for {n_absent} nodes without a slurmd",
+                f"State={absent_state} for {n_absent} nodes without a slurmd",
                 "nodes not emulated here are kept (never dropped) in a state that needs no slurmd",
             )
         )
-    return ports
+    return notes
 
 
 def adapt_gres_conf(text: str, device_root: PurePosixPath) -> tuple[str, list[Adaptation], list[str]]:
