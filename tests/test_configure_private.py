@@ -214,3 +214,18 @@ def test_the_first_status_line_is_printed_however_young_the_clock(monkeypatch):
         show("first")
         show("second")
     assert out == ["first"]
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"mode": "sideways"}, "converge mode"),
+    ({"mode": "push", "full": True}, "--full goes with"),
+    ({"mode": "push", "trigger": "timer"}, "--trigger and --wait go with --pull"),
+    ({"mode": "push", "wait": 5.0}, "--trigger and --wait go with --pull"),
+])
+def test_converge_refuses_a_pull_option_with_a_push_before_anything_runs(options, message, tmp_path) -> None:
+    """configure.converge.converge decides push or pull: a pull-only option with a push is bad input (exit 2),
+    refused before the inventory is read (there is none here) or anything runs."""
+    from gpucluster.configure.converge import converge
+
+    with pytest.raises(UsageError, match=message):
+        converge(tmp_path / "no-inventory", **options)

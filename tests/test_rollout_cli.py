@@ -266,3 +266,12 @@ def test_a_grow_resumes_only_new_nodes_with_its_own_reason(reason) -> None:
                 say=lambda _: None) == {}
     assert fake.touched(new[0]) == ["drain", "resume"] and fake.node[new[0]] == [{"IDLE"}, ""]
     assert "resume" not in fake.touched(new[1]) and fake.node[new[1]] == [{"IDLE", "DRAIN"}, reason]
+
+
+def test_the_library_entry_plans_what_the_dry_run_prints(capsys) -> None:
+    """rollout.actions.plan is what --dry-run prints: the command adds nothing of its own."""
+    from gpucluster.rollout import actions
+
+    assert main(["rollout", str(STAGING), "--dry-run", "--by", "node", "--max-unavailable", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == \
+        actions.plan(actions.target(STAGING), change="reboot", by="node", max_unavailable="2").as_json()
