@@ -2,7 +2,8 @@
 
 `validate` reads the inventory, builds the expectations (expect.py), runs the checks over SSH (suite.py) or as a
 Slurm job with the rest over SSH (viaslurm.py), merges their JUnit reports and writes the operator's reports
-(report.py). The run folder is removed at the end unless the caller keeps it (`keep`, or a `workdir` given)."""
+(report.py). The run folder is removed at the end unless the caller keeps it (`keep`, or a `workdir` given) or the suite
+itself failed (its log is there)."""
 
 from __future__ import annotations
 
