@@ -27,9 +27,11 @@ KEPT = {
 
 def _not_a_module(path: Path) -> bool:
     """__init__.py names a package, not a module; validate/checks/ is a pytest suite run against nodes, whose
-    file names (conftest.py, test_*.py) pytest itself fixes; templates/ holds no modules."""
+    file names (conftest.py, test_*.py) pytest itself fixes; templates/ holds no modules; a command module is named
+    for its command by rule (commands/plan.py is `gpucluster plan`, tests/test_cli_imports.py), so it may share
+    the name of the library module that does its work."""
     return path.name == "__init__.py" or ("checks" in path.parts and "validate" in path.parts) or \
-        "templates" in path.parts
+        "templates" in path.parts or path.parts[:1] == ("commands",)
 
 
 def modules_by_name() -> dict[str, set[str]]:
