@@ -18,6 +18,7 @@ import argparse
 import sys
 
 from gpucluster.commands._flags import print_json, report_flags
+from gpucluster.slurmtext import printable
 from gpucluster.words import plain
 
 EXAMPLES = """examples:
@@ -36,11 +37,11 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     if args.resize:
         resized = actions.resize_to(target, args.resize, dry_run=args.dry_run, poll=args.poll, say=say)
         if resized.halted:
-            print(f"halted: {resized.halted}; run the same command again once their jobs have ended",
+            print(f"halted: {printable(resized.halted)}; run the same command again once their jobs have ended",
                   file=sys.stderr)
             return 1
         for n, why in sorted(resized.errors.items()):
-            print(f"  {n}: stays drained: {why}")
+            print(f"  {n}: stays drained: {printable(why)}")
         return 1 if resized.errors else 0
     if args.status:
         _print_status(actions.status(target, state_dir=args.state_dir), args.json)
@@ -66,7 +67,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     else:
         done = actions.start(target, change=args.change, halt_share=args.halt_share / 100, **waves, **hooks)
     if done.halted:
-        print(f"halted: {done.halted}; fix the nodes, then --resume (state in {done.path})", file=sys.stderr)
+        print(f"halted: {printable(done.halted)}; fix the nodes, then --resume (state in {done.path})", file=sys.stderr)
     _print_status(done, args.json)
     return 1 if done.halted else 0
 
