@@ -1,4 +1,4 @@
-"""Grow and shrink a running cluster (issue 18, "grow and shrink"; docs/operations.md, "Growing and shrinking").
+"""Grow and shrink a running cluster (docs/operations.md, "Growing and shrinking").
 
 The plan is pure: the compute hosts the new spec adds and removes, and how the release in the new spec takes
 a change of its node list (gpucluster.slurmkeys, NodeName: 22.05 and 23.02 need slurmctld and every slurmd
