@@ -25,7 +25,6 @@ EXCEPTIONS = {
     "configure/playbook.py:configure": "being split with its command's entry point (configure)",
     "validate/viaslurm.py:run_via_slurm": "being split with its command's entry point (validate)",
     "asbuilt/discover.py:discover": "being split with the as-built package's rewrite",
-    "rollout/state.py:problems": "being split with its command's entry point (rollout)",
     "fabric/plan.py:plan_cluster": "not split yet: its steps (units, pods, tiers, cores) share locals; to be split "
                                    "into those named steps",
     "emulate/adapt.py:adapt_slurm_conf": "not split yet: one pass of emulator overrides over slurm.conf",

@@ -160,7 +160,8 @@ def test_role_data_ships_the_node_scripts_as_they_are(clusters) -> None:
     generated = files.generated(clusters["staging"])
     node_dir = Path(node.__file__).parent
     assert Path(data["scripts_dir"]) == node_dir
-    assert sorted(data["scripts"]) == sorted(p.name for p in node_dir.glob("*.py") if p.name != "__init__.py")
+    assert sorted(data["scripts"]) == sorted(p.name for p in node_dir.glob("*.py")
+                                             if p.name != "__init__.py" and p.name not in node.PROGRAMS)
     assert json.loads(generated[data["configs"]["gpu"]])["group"] == "gpu"
     assert data["paths"]["program"] == slurmconf.PROGRAM
     assert f"{data['paths']['lib_dir']}/runner.py --config {data['paths']['config']}" in generated[data["wrapper"]]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import importlib.util
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,7 +34,7 @@ from test_storage import (
 GPU_NVIDIA = expected_groups()["gpu_nvidia"]
 GPU_AMD = expected_groups()["gpu_amd"]
 FABRIC = expected_groups()["fabric_roce"] + expected_groups()["fabric_ib"]
-SCRIPT = REPO / "roles/rdma/files/gpucluster-roce-qos"
+SCRIPT = REPO / "src/gpucluster/node/roceqos.py"  # installed as gpucluster-roce-qos by the rdma role
 
 
 def stack_filters():
@@ -179,8 +178,6 @@ def test_roce_settings_from_the_spec(cluster: Converged, node: str) -> None:
 
 def test_roce_script_against_a_fake_device_tree(tmp_path: Path) -> None:
     """The apply script's decisions, without an HCA: a fake sysfs tree and --check (prints, changes nothing)."""
-    if shutil.which("sh") is None:
-        pytest.skip("no POSIX sh")
     ib = tmp_path / "ib/mlx5_0/ports/1"
     (ib / "gid_attrs/ndevs").mkdir(parents=True)
     (ib / "link_layer").write_text("Ethernet\n")
@@ -194,7 +191,7 @@ def test_roce_script_against_a_fake_device_tree(tmp_path: Path) -> None:
     conf.write_text(re.sub(r"(?m)^ROCE_DEVICES=.*$", 'ROCE_DEVICES="mlx5_0"', staged))  # the fake tree's device
     env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "ROCE_SYSFS": str(tmp_path / "ib"),
            "ROCE_NET_SYSFS": str(tmp_path / "net"), "ROCE_CM_CONFIGFS": str(tmp_path / "cm")}
-    res = subprocess.run(["sh", str(SCRIPT), "--check", str(conf)], env=env, capture_output=True, text=True,
+    res = subprocess.run([sys.executable, str(SCRIPT), "--check", str(conf)], env=env, capture_output=True, text=True,
                          check=False)
     assert res.returncode == 0, res.stderr
     roce = facts["roce"]
@@ -203,8 +200,8 @@ def test_roce_script_against_a_fake_device_tree(tmp_path: Path) -> None:
     assert f"prio-pfc {dcb}" in res.stdout or f"--pfc {roce['pfc_map']}" in res.stdout
     assert f"echo 1 > {tmp_path}/net/ens1/ecn/roce_np/enable/{roce['pfc_priority']}" in res.stdout
     assert (tmp_path / "net/ens1/ecn/roce_np/enable/3").read_text() == "0\n", "--check changed a setting"
-    res = subprocess.run(["sh", str(SCRIPT), "--check", str(conf)], env={**env, "ROCE_SYSFS": str(tmp_path / "none")},
-                         capture_output=True, text=True, check=False)
+    res = subprocess.run([sys.executable, str(SCRIPT), "--check", str(conf)],
+                         env={**env, "ROCE_SYSFS": str(tmp_path / "none")}, capture_output=True, text=True, check=False)
     assert res.returncode == 0 and "nothing to apply" in res.stdout
 
 

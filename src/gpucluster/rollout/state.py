@@ -182,6 +182,17 @@ def problems(data: object) -> list[tuple[str, str]]:
     """Every (field, rule broken) of a state, in reading order; [] when the engine may act on it."""
     if not isinstance(data, dict):
         return [("(top)", f"a JSON object is expected, not {type(data).__name__}")]
+    out = _field_problems(data)
+    waves, nodes = data.get("waves"), data.get("nodes")
+    if not isinstance(waves, list) or not isinstance(nodes, dict):
+        return out
+    in_wave = _wave_problems(waves, out)
+    _node_problems(nodes, in_wave, out)
+    return out
+
+
+def _field_problems(data: dict) -> list[tuple[str, str]]:
+    """The top-level fields: each known, of its type and in its range."""
     out: list[tuple[str, str]] = []
 
     def need(key: str, ok: bool, rule: str) -> None:
@@ -212,12 +223,13 @@ def problems(data: object) -> list[tuple[str, str]]:
     need("controller", isinstance(ctl, dict) and sorted(ctl) == sorted(CONTROLLER_ORDER)
          and all(v in ("pending", "done") for v in ctl.values()),
          f"{{{', '.join(CONTROLLER_ORDER)}}} each pending or done")
+    need("waves", isinstance(data.get("waves"), list), "a list of waves")
+    need("nodes", isinstance(data.get("nodes"), dict), "an object of node outcomes")
+    return out
 
-    waves, nodes = data.get("waves"), data.get("nodes")
-    need("waves", isinstance(waves, list), "a list of waves")
-    need("nodes", isinstance(nodes, dict), "an object of node outcomes")
-    if not isinstance(waves, list) or not isinstance(nodes, dict):
-        return out
+
+def _wave_problems(waves: list, out: list[tuple[str, str]]) -> dict[str, int]:
+    """The waves' problems added to `out`; returns node -> the wave that lists it."""
     in_wave: dict[str, int] = {}
     for i, w in enumerate(waves):
         at = f"waves[{i}]"
@@ -243,6 +255,11 @@ def problems(data: object) -> list[tuple[str, str]]:
                         out.append((f"{at}.nodes[{j}]", f"{item} is in wave {in_wave[item]} already: a node is in "
                                                         "one wave"))
                     in_wave[item] = i + 1
+    return in_wave
+
+
+def _node_problems(nodes: dict, in_wave: dict[str, int], out: list[tuple[str, str]]) -> None:
+    """The node outcomes' problems added to `out`: each a host name, of its shape, in the wave that lists it."""
     for name, rec in nodes.items():
         at = f"nodes.{shown(name, 80)}"
         if not host_name(name):
@@ -264,4 +281,3 @@ def problems(data: object) -> list[tuple[str, str]]:
     for name in in_wave:
         if name not in nodes:
             out.append((f"nodes.{name}", "missing: every node of a wave has an outcome"))
-    return out
