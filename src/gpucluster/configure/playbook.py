@@ -307,6 +307,48 @@ def _runner_env(env: dict[str, str]) -> dict[str, str]:
     return keep
 
 
+# The strategy plugin that runs the plays. Mitogen's (`mitogen_linear`) keeps one Python interpreter per host,
+# reached over one ssh connection, and runs each module inside it: no per-task ssh session, no AnsiballZ zip
+# built, sent and unpacked for every task on every host (docs/roles.md, "Controller cost"). Ansible's own
+# `linear` runs the same plays in the same order. GPUCLUSTER_ANSIBLE_STRATEGY chooses (`linear` forces
+# Ansible's own), then an operator's ANSIBLE_STRATEGY; without either, Mitogen's where the ops extra
+# installed it, else Ansible's.
+STRATEGY_ENV = "GPUCLUSTER_ANSIBLE_STRATEGY"
+DEFAULT_STRATEGY = "mitogen_linear"
+PLAIN_STRATEGY = "linear"
+
+
+def mitogen_strategy_dir() -> Path | None:
+    """The installed ansible_mitogen's strategy plugins folder, or None where Mitogen is not installed."""
+    import importlib.util
+
+    found = importlib.util.find_spec("ansible_mitogen")
+    if found is None or not found.origin:
+        return None
+    folder = Path(found.origin).parent / "plugins" / "strategy"
+    return folder if (folder / "mitogen_linear.py").is_file() else None
+
+
+def strategy_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """ANSIBLE_STRATEGY (and, for one of Mitogen's, ANSIBLE_STRATEGY_PLUGINS) for a run. A play's own
+    `strategy:` still wins for that play; playbooks/ sets none."""
+    environ = os.environ if environ is None else environ
+    chosen = environ.get(STRATEGY_ENV, "").strip() or environ.get("ANSIBLE_STRATEGY", "").strip()
+    folder = mitogen_strategy_dir()
+    name = chosen or (DEFAULT_STRATEGY if folder is not None else PLAIN_STRATEGY)
+    if not name.replace("_", "").replace(".", "").isalnum():
+        raise UsageError(f"{STRATEGY_ENV}={name!r}: name a strategy plugin, e.g. {DEFAULT_STRATEGY} or "
+                         f"{PLAIN_STRATEGY}")
+    if not name.startswith("mitogen"):
+        return {"ANSIBLE_STRATEGY": name}
+    if folder is None:
+        raise UsageError(f"{STRATEGY_ENV}={name}: Mitogen is not installed in this Python ({sys.executable}); "
+                         f"install gpucluster's ops extra (pip install -e '.[ops]'), or set "
+                         f"{STRATEGY_ENV}={PLAIN_STRATEGY}")
+    plugins = [str(folder)] + [p for p in environ.get("ANSIBLE_STRATEGY_PLUGINS", "").split(os.pathsep) if p]
+    return {"ANSIBLE_STRATEGY": name, "ANSIBLE_STRATEGY_PLUGINS": os.pathsep.join(dict.fromkeys(plugins))}
+
+
 def private_secrets(secrets: str | os.PathLike, folder: Path) -> Path:
     """Check the operator's secrets file and write the bytes that were checked to a 0600 file in `folder`
     (the run's private folder): what Ansible reads. The operator's file may change after the check (its
@@ -352,6 +394,7 @@ def _init(init_runner, pdd: Path, proj: Path, book: Path, inv: Path, extravars: 
             "ANSIBLE_NOCOLOR": "1",
             # ansible-runner turns host key checking off unless told otherwise; gpucluster keeps it on.
             "ANSIBLE_HOST_KEY_CHECKING": "True",
+            **strategy_env(),
         },
         event_handler=progress,
         quiet=True,
