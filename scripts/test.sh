@@ -5,12 +5,10 @@
 # Phases, each timed (the table is printed at the end, also after a failure):
 #   setup      scripts/setup.sh --tests (Debian packages, .venv, the trixie and sid Slurm roots, chromium, iperf3)
 #   ruff, ansible-lint
-#   unit       every test not marked `staged`, in two pytest runs side by side, each under pytest-xdist with
-#              `--dist loadgroup` (each cluster a module-scoped fixture starts stays on one worker, tests/conftest.py):
-#              the tests that start Slurm daemons (marked `slurm` or `emulate`) wait on them more than they compute,
-#              so they get GPUCLUSTER_DAEMON_WORKERS (default 3) of their own; every other test is CPU-bound and gets
-#              GPUCLUSTER_TEST_WORKERS (default 2, one per core: under 4 workers test_random_kills_in_process once
-#              lost a signal). The daemon run's output follows the other's in the log.
+#   unit       every test not marked `staged`, under pytest-xdist, `--dist loadgroup` (GPUCLUSTER_TEST_WORKERS,
+#              default 2, one per core: more workers overlap the real-daemon tests' timing checks (a job that must
+#              still run, a munged that must be gone) with other tests' daemons and load, and made them flaky;
+#              each cluster a module-scoped fixture starts stays on one worker, tests/conftest.py)
 #   staged     the staged-node tests under pytest-xdist, `--dist loadgroup` (GPUCLUSTER_STAGED_WORKERS, default
 #              2): one worker per staged cluster (22.05 and 24.11), each cluster brought up once by its worker
 #              (tests/staged/conftest.py gives every staged test its cluster's group)
@@ -66,21 +64,7 @@ pytest_phase() {  # pytest_phase NAME MARKER [ARGS...]: a pytest run; "no test c
 }
 
 workers=${GPUCLUSTER_TEST_WORKERS:-2}
-daemon_workers=${GPUCLUSTER_DAEMON_WORKERS:-3}
 staged_workers=${GPUCLUSTER_STAGED_WORKERS:-2}
-
-unit_phase() {  # unit_phase [ARGS...]: the daemon tests and the CPU-bound tests as two pytest runs at once
-  local rc=0 rc_daemons=0 pid
-  pytest_phase unit-daemons "not staged and (slurm or emulate)" -n "$daemon_workers" --dist loadgroup "$@" \
-    >"$results/unit-daemons.log" 2>&1 &
-  pid=$!
-  pytest_phase unit "not staged and not slurm and not emulate" -n "$workers" --dist loadgroup "$@" || rc=$?
-  wait "$pid" || rc_daemons=$?
-  echo "== unit: the tests that start Slurm daemons (run beside the others)"
-  cat "$results/unit-daemons.log"
-  [ "$rc" -ne 0 ] && return "$rc"
-  return "$rc_daemons"
-}
 
 run_phase setup bash scripts/setup.sh --tests
 if [ "$status" -ne 0 ]; then
@@ -98,7 +82,7 @@ done
 if $own_marker; then  # the caller chose the tests: one serial run of exactly those
   run_phase tests pytest_phase tests "" "$@"
 else
-  run_phase unit unit_phase "$@"
+  run_phase unit pytest_phase unit "not staged" -n "$workers" --dist loadgroup "$@"
   # --timeout: the two clusters' session set-ups (image build, stage up, first configure) now run at the same
   # time on the same cores, so each takes longer than alone; seen past 1,500 s at load average 40-50.
   run_phase staged pytest_phase staged "staged" -n "$staged_workers" --dist loadgroup --timeout 3000 "$@"

@@ -32,3 +32,28 @@ def test_configure_runs_ansible_with_one_fork_per_host_it_reaches(tmp_path, monk
                        log=lambda _l: None)
     command = json.loads((result.artifacts / "command").read_text())["command"]
     assert command[command.index("--forks") + 1] == str(want)
+
+
+# ---------------------------------------------------------------- the push strategy
+
+
+def test_the_push_runs_mitogen_where_it_is_installed_and_linear_on_request(monkeypatch):
+    import pytest
+
+    from gpucluster.configure import playbook
+    from gpucluster.errors import UsageError
+
+    folder = playbook.mitogen_strategy_dir()
+    assert folder is not None, "the ops extra installs Mitogen"
+    env = playbook.strategy_env({})
+    assert env["ANSIBLE_STRATEGY"] == "mitogen_linear" and str(folder) in env["ANSIBLE_STRATEGY_PLUGINS"]
+    assert playbook.strategy_env({"GPUCLUSTER_ANSIBLE_STRATEGY": "linear"}) == {"ANSIBLE_STRATEGY": "linear"}
+    assert playbook.strategy_env({"GPUCLUSTER_ANSIBLE_STRATEGY": "linear",
+                                  "ANSIBLE_STRATEGY": "mitogen_free"}) == {"ANSIBLE_STRATEGY": "linear"}
+    assert playbook.strategy_env({"ANSIBLE_STRATEGY": "free"}) == {"ANSIBLE_STRATEGY": "free"}
+    with pytest.raises(UsageError, match="name a strategy plugin"):
+        playbook.strategy_env({"GPUCLUSTER_ANSIBLE_STRATEGY": "linear; rm -rf /"})
+    monkeypatch.setattr(playbook, "mitogen_strategy_dir", lambda: None)
+    assert playbook.strategy_env({}) == {"ANSIBLE_STRATEGY": "linear"}
+    with pytest.raises(UsageError, match="Mitogen is not installed"):
+        playbook.strategy_env({"GPUCLUSTER_ANSIBLE_STRATEGY": "mitogen_linear"})

@@ -23,7 +23,7 @@ from conftest import ROOT, cluster_example, example_path
 from gpucluster.cli import main
 
 BIN = Path(sys.executable).parent
-LAX = "Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  ServerAliveCountMax 7\n"
+LAX = "Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  ConnectionAttempts 7\n"
 SOURCES = ["ssh-config", "hosts", "none", "pulumi"]
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh") is None, reason="needs OpenSSH's ssh client for ssh -G")
@@ -96,7 +96,7 @@ def assert_strict(argv: list[str], home: Path, known: str | None) -> None:
     opts = ssh_g(argv, home)
     assert opts["stricthostkeychecking"] == "true", argv
     want = known or str(Path(pwd.getpwuid(os.getuid()).pw_dir) / ".ssh" / "known_hosts")  # ssh's own '~'
-    assert opts["serveralivecountmax"] == "7", argv  # the lax config was read: what the command line leaves applies
+    assert opts["connectionattempts"] == "7", argv  # the lax config was read: what the command line leaves applies
     assert opts["userknownhostsfile"].split()[0] == want, argv
 
 
