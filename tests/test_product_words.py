@@ -28,12 +28,6 @@ PATTERNS = {
     "a person's plan": r"\bthe lead's\b",
 }
 
-# Files other changes are rewriting right now, with their remaining lines; each entry goes when its file is
-# clean (test_every_pending_file_still_has_a_line says when).
-PENDING = {
-}
-
-
 def _files() -> list[Path]:
     out = []
     for top in SEARCHED:
@@ -70,12 +64,6 @@ def _hits(pattern: str) -> tuple[str, ...]:
 
 @pytest.mark.parametrize("kind", PATTERNS)
 def test_no_line_narrates_the_project_history(kind: str) -> None:
-    hits = [h for h in _hits(PATTERNS[kind]) if h.split(":", 1)[0] not in PENDING]
+    hits = _hits(PATTERNS[kind])
     assert not hits, (f"{kind} ({PATTERNS[kind]}): say what the software does or what was measured instead\n"
                       + "\n".join(hits))
-
-
-@pytest.mark.parametrize("name", PENDING)
-def test_every_pending_file_still_has_a_line(name: str) -> None:
-    left = [h for kind in PATTERNS for h in _hits(PATTERNS[kind]) if h.split(":", 1)[0] == name]
-    assert left, f"{name} no longer narrates the project's history: remove it from PENDING in {HERE.name}"
