@@ -32,6 +32,11 @@ class NvlinkRack(_Part):
     switch_trays: Int = Field(ge=0, le=72, description="NVLink switch trays in the rack")
     switch_chips_per_tray: Int = Field(default=2, ge=1, le=8)
     links_per_gpu: Int | None = Field(default=None, ge=1, le=64, description="NVLink links of one GPU")
+    link_mbytes_per_s: Int | None = Field(
+        default=None, ge=1, le=1_000_000,
+        description="one link's rate as `nvidia-smi nvlink -s` reports it, in MB/s (53.125 GB/s -> 53125)")
+    links_source: Text | None = Field(default=None, max_length=512,
+                                      description="where links_per_gpu and link_mbytes_per_s were published")
 
     @property
     def gpus(self) -> int:
@@ -78,6 +83,14 @@ class SwitchModel(_Part):
         return self.ports.get(speed_gbps, 0)
 
 
+# NVLink 5 on a Blackwell GPU of an NVL72 rack: 18 links of 100 GB/s both directions together (50 GB/s each way),
+# 1.8 TB/s a GPU; nvidia-smi reports each link at its signalling rate, 53.125 GB/s, which NVIDIA's own health
+# checks take as the expected per-link speed of GB200 and GB300 (53125 MB/s).
+NVL72_LINKS_SOURCE = ("NVIDIA NVLink & NVLink Switch page (fifth-generation NVLink: up to 18 links of 100 GB/s per "
+                      "Blackwell GPU, 1.8 TB/s); NVIDIA Health Validation, NVLink checks, nvlink_bandwidth_count_speed "
+                      "(expected_link_count 18, expected_speed_mbytes_per_sec 53125 for GB200 and GB300)")
+
+
 GPUS: dict[str, GpuModel] = {
     # HGX 8-GPU boards join the GPUs through NVSwitch (Fabric Manager); the 4-GPU boards link them directly.
     "h100-sxm5-80g": GpuModel(vendor="nvidia", name="NVIDIA H100 SXM5 80GB", memory_gb=80, slurm_type="h100",
@@ -108,7 +121,8 @@ GPUS: dict[str, GpuModel] = {
                       host_arch="arm64",
                       allowed_per_node=(4,),
                       nvlink_domain=NvlinkRack(compute_trays=18, gpus_per_tray=4, switch_trays=9,
-                                               switch_chips_per_tray=2, links_per_gpu=18)),
+                                               switch_chips_per_tray=2, links_per_gpu=18, link_mbytes_per_s=53125,
+                                               links_source=NVL72_LINKS_SOURCE)),
     # NVIDIA Enterprise RA "NVL72 AI factory" (GB300 components): 18 trays of 4 Blackwell Ultra GPUs and 2 Grace
     # CPUs, 9 NVSwitch trays, 4 ConnectX-8 per tray. Memory: 20 TB HBM3e per rack (NVIDIA GB300 NVL72 page),
     # 279 GB per GPU as nvidia-smi reports it (Verda's GB300 NVL72 write-up); links per GPU as GB200 (NVLink 5).
@@ -116,7 +130,8 @@ GPUS: dict[str, GpuModel] = {
                       host_arch="arm64",
                       allowed_per_node=(4,),
                       nvlink_domain=NvlinkRack(compute_trays=18, gpus_per_tray=4, switch_trays=9,
-                                               switch_chips_per_tray=2, links_per_gpu=18)),
+                                               switch_chips_per_tray=2, links_per_gpu=18, link_mbytes_per_s=53125,
+                                               links_source=NVL72_LINKS_SOURCE)),
     # AMD Instinct MI325X product page: 256 GB HBM3E; the MI325X platform is 8 OAM modules on one UBB.
     "mi325x": GpuModel(vendor="amd", name="AMD Instinct MI325X 256GB", memory_gb=256, slurm_type="mi325x",
                        allowed_per_node=(8,)),

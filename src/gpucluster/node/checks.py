@@ -307,6 +307,192 @@ def fabric_manager(check: dict) -> tuple[bool, str]:
     return True, f"{unit} active"
 
 
+# ---------------------------------------------------------------- NVLink fabric of an NVL72 tray
+
+
+def parse_smi_query(text: str) -> tuple[list[dict], str]:
+    """`nvidia-smi -q` -> ([one nested dict per GPU section, in the tool's (index) order], 'Attached GPUs' value).
+
+    The format is indentation: a GPU section starts at column 0 (`GPU 00000008:01:00.0`), its fields and
+    sub-sections are indented under it (`    Fabric`, `        State : Completed`, `        Health`, ...). A
+    line with a value after its colon is a field, one without is a sub-section holding the deeper lines; the
+    first of a repeated key wins. Tabs count as 4 columns; lines outside a GPU section (Timestamp, Driver
+    Version) are skipped but for `Attached GPUs`."""
+    gpus: list[dict] = []
+    attached = ""
+    stack: list[tuple[int, dict]] = []
+    for raw in text.splitlines():
+        line = raw.rstrip().expandtabs(4)
+        body = line.strip()
+        if not body:
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        key, sep, value = (p.strip() for p in body.partition(":"))
+        if indent == 0:
+            if re.fullmatch(r"GPU\s+[0-9A-Fa-f:.]+", body):  # `GPU 00000008:01:00.0`: a GPU's section
+                gpus.append({"_bus": body.split(None, 1)[1]})
+                stack = [(0, gpus[-1])]
+            else:
+                stack = []
+                if key == "Attached GPUs":
+                    attached = value
+            continue
+        if not stack:
+            continue
+        while len(stack) > 1 and stack[-1][0] >= indent:
+            stack.pop()
+        parent = stack[-1][1]
+        if sep and value:
+            parent.setdefault(key, value)
+        else:  # `    Fabric`, or `    Platform Info :` with nothing after the colon: a sub-section
+            child: dict = {}
+            parent.setdefault(key, child)
+            stack.append((indent, child))
+    return gpus, attached
+
+
+def parse_nvlink_status(text: str) -> dict[str, tuple[int, dict[int, str]]]:
+    """`nvidia-smi nvlink -s` -> {GPU UUID: (index, {link number: what it says})}: a `GPU 0: NAME (UUID: GPU-...)`
+    line, then one `Link N: 53.125 GB/s` (or `Link N: <inactive>`) line per link."""
+    out: dict[str, tuple[int, dict[int, str]]] = {}
+    links: dict[int, str] | None = None
+    for line in text.splitlines():
+        gpu = re.match(r"\s*GPU (\d+):.*\(UUID: (\S+?)\)\s*$", line)
+        if gpu:
+            links = {}
+            out[gpu.group(2)] = (int(gpu.group(1)), links)
+            continue
+        link = re.match(r"\s*Link (\d+): (.*?)\s*$", line)
+        if link and links is not None:
+            links[int(link.group(1))] = link.group(2)
+    return out
+
+
+def link_mbytes(value: str) -> int | None:
+    """'53.125 GB/s' -> 53125 (MB/s); None for `<inactive>` or anything that is no rate."""
+    m = re.fullmatch(r"([\d.]+)\s*GB/s", value.strip())
+    try:
+        return round(float(m.group(1)) * 1000) if m else None
+    except ValueError:
+        return None
+
+
+def _gbs(mbytes: int) -> str:
+    return f"{mbytes / 1000:g} GB/s"
+
+
+NO_UUID = ("", "00000000-0000-0000-0000-000000000000", *NA)
+
+
+def _fabric_problem(fabric: dict) -> str:
+    """What is wrong with one GPU's `Fabric` section on its own ('' when nothing): registration first (NVML: the
+    Status means something only once the State is Completed), then the identity the registration gave it."""
+    state, status = fabric.get("State", "absent"), fabric.get("Status", "absent")
+    clique, uuid = fabric.get("CliqueId", "absent"), fabric.get("ClusterUUID", "absent")
+    if state != "Completed":
+        return f"fabric State {state}, not Completed"
+    if status != "Success":
+        return f"fabric Status {status}, not Success (CliqueId {clique})"
+    if not clique.isdigit() or int(clique) == 0:
+        return f"CliqueId {clique} (in no clique)"
+    if uuid in NO_UUID:
+        return f"ClusterUUID missing ({uuid or 'empty'})"
+    return ""
+
+
+def _odd_ones(values: list[tuple[int, str]], what: str) -> list[tuple[int, str]]:
+    """GPUs whose value differs from the tray's most common one (ties: the first GPU's)."""
+    if len({v for _i, v in values}) < 2:
+        return []
+    counts: dict[str, int] = {}
+    for _i, v in values:
+        counts[v] = counts.get(v, 0) + 1
+    common = max(counts, key=lambda v: counts[v])  # max keeps the first of equal counts
+    first = next(i for i, v in values if v == common)
+    return [(i, f"{what} {v}, GPU {first} has {common}") for i, v in values if v != common]
+
+
+def _link_problems(index: int, links: dict[int, str], want: int, rate: int) -> list[tuple[int, str]]:
+    up = {n: link_mbytes(v) for n, v in links.items()}
+    down = [n for n, r in sorted(up.items()) if r is None]
+    problems = []
+    if len(up) - len(down) < want:
+        first = f" (link {down[0]}: {links[down[0]]})" if down else ""
+        problems.append((index, f"{len(up) - len(down)} of {want} NVLinks up{first}"))
+    slow = [(n, r) for n, r in sorted(up.items()) if r is not None and rate and r < rate]
+    if slow:
+        more = f" (+{len(slow) - 1} more)" if len(slow) > 1 else ""
+        problems.append((index, f"link {slow[0][0]} at {links[slow[0][0]]}, catalog {_gbs(rate)}{more}"))
+    return problems
+
+
+def _grouped(problems: list[tuple[int, str]]) -> str:
+    """'GPU 0, 1: text; GPU 2: other': the same fault on several GPUs is said once (a drain reason is short)."""
+    order: dict[str, list[int]] = {}
+    for i, text in problems:
+        order.setdefault(text, []).append(i)
+    return "; ".join(f"GPU {', '.join(str(i) for i in ids)}: {text}" for text, ids in order.items())
+
+
+def nvlink_fabric(check: dict) -> tuple[bool, str]:
+    """A tray of a rack-scale NVLink domain (GB200/GB300 NVL72), per GPU: IMEX runs, the fabric registration is
+    Completed / Success, the GPU is in a clique (CliqueId not 0) of a cluster (ClusterUUID), the tray's GPUs share
+    both, and each GPU has the catalog's NVLinks up at the catalog's rate. Passing, it says the tray's CliqueId
+    and ClusterUUID, which the state file keeps: the rack-level comparison across trays reads them from there."""
+    unit = check.get("unit")
+    if unit:
+        systemctl = tool("systemctl")
+        if not systemctl:
+            return False, f"systemctl not found: cannot tell whether {unit} runs"
+        rc, out, _err = run([systemctl, "is-active", unit], budget(check))
+        state = first_line(out) or f"exit {rc}"
+        if state != "active":
+            return False, f"{unit} is {state}"
+    smi = tool("nvidia-smi")
+    if not smi:
+        return False, "nvidia-smi not found: cannot read the NVLink fabric (no NVIDIA driver)"
+    rc, out, err = run([smi, "-q"], budget(check))
+    if rc != 0:
+        return False, f"nvidia-smi -q failed: {first_line(err or out) or f'exit {rc}'}"
+    gpus, attached = parse_smi_query(out)
+    want = int(check["count"])
+    if len(gpus) != want:
+        minors = {g.get("Minor Number", "") for g in gpus}
+        gone = [f"/dev/nvidia{i}" for i in range(want) if str(i) not in minors]
+        note = f"; {', '.join(gone[:3])} not among them" if gone and len(gpus) < want else ""
+        return False, f"nvidia-smi -q lists {len(gpus)} of {want} GPUs (Attached GPUs: {attached or '?'}{note})"
+    problems: list[tuple[int, str]] = []
+    registered: list[tuple[int, dict]] = []
+    for i, g in enumerate(gpus):
+        fabric = g.get("Fabric") if isinstance(g.get("Fabric"), dict) else {}
+        problem = _fabric_problem(fabric)
+        if problem:
+            problems.append((i, problem))
+        else:
+            registered.append((i, fabric))
+    problems += _odd_ones([(i, f["CliqueId"]) for i, f in registered], "CliqueId")
+    problems += _odd_ones([(i, f["ClusterUUID"]) for i, f in registered], "ClusterUUID")
+    links, rate = int(check.get("links") or 0), int(check.get("link_mbytes_per_s") or 0)
+    if links:
+        rc, out, err = run([smi, "nvlink", "-s"], budget(check))
+        if rc != 0:
+            return False, f"nvidia-smi nvlink -s failed: {first_line(err or out) or f'exit {rc}'}"
+        status = parse_nvlink_status(out)
+        if not status:
+            return False, "nvidia-smi nvlink -s lists no GPU"
+        for i, g in enumerate(gpus):
+            uuid = g.get("GPU UUID", "")
+            if uuid not in status:
+                problems.append((i, f"{uuid or g['_bus']} not in nvidia-smi nvlink -s"))
+                continue
+            problems += _link_problems(i, status[uuid][1], links, rate)
+    if problems:
+        return False, _grouped(problems)
+    clique, cluster = registered[0][1]["CliqueId"], registered[0][1]["ClusterUUID"]
+    speed = f", {links} NVLinks each at {_gbs(rate)}" if links and rate else f", {links} NVLinks each" if links else ""
+    return True, f"{want} GPUs in clique {clique} of cluster {cluster}: fabric Completed / Success{speed}"
+
+
 # ---------------------------------------------------------------- HCAs
 
 
@@ -471,8 +657,8 @@ def _size(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
-KINDS = {"gpu-count": gpu_count, "gpu-ecc": gpu_ecc, "service": fabric_manager, "hca-ports": hca_ports,
-         "link-flap": link_flap, "mount": mount, "munge": munge, "disk": disk}
+KINDS = {"gpu-count": gpu_count, "gpu-ecc": gpu_ecc, "service": fabric_manager, "nvlink-fabric": nvlink_fabric,
+         "hca-ports": hca_ports, "link-flap": link_flap, "mount": mount, "munge": munge, "disk": disk}
 
 
 def run_check(check: dict) -> tuple[bool, str]:

@@ -7,6 +7,7 @@ mount points, thresholds) come from the spec and the plan, never from the node's
 
 from __future__ import annotations
 
+from gpucluster.catalog import NvlinkRack
 from gpucluster.cluster import Cluster
 from gpucluster.cluster.unitnames import unit_name
 from gpucluster.render.slurm import SPOOL_DIR
@@ -52,6 +53,19 @@ def mount_checks(cluster: Cluster, group: NodeGroup) -> list[dict]:
     return out
 
 
+def nvlink_check(rack: NvlinkRack, count: int) -> dict:
+    """A tray of a rack-scale NVLink domain: IMEX runs, each GPU's fabric registration completed with a clique and
+    cluster the tray's GPUs share, and its NVLinks are all up at the catalog's rate (docs/health.md: the tray that
+    fails drains; the rest of its domain stays in service). A catalog entry without link figures checks the
+    fabric registration alone."""
+    check: dict = {"name": "nvlink-fabric", "kind": "nvlink-fabric", "unit": "nvidia-imex.service", "count": count}
+    if rack.links_per_gpu:
+        check["links"] = rack.links_per_gpu
+        if rack.link_mbytes_per_s:
+            check["link_mbytes_per_s"] = rack.link_mbytes_per_s
+    return check
+
+
 def timer_period(interval: int) -> int:
     """How often the node's timer looks whether slurmd has run the checks (a third of the interval)."""
     return max(1, interval // 3)
@@ -83,9 +97,7 @@ def node_config(cluster: Cluster, group_name: str) -> dict:
         if needs_fabric_manager(spec, group) and driver_stack(spec, group.name)["fabric_manager"]:
             checks.append({"name": "fabric-manager", "kind": "service", "unit": "nvidia-fabricmanager.service"})
         if model.nvlink_domain is not None:
-            # A tray of a rack-scale NVLink domain: IMEX runs and each GPU's fabric registration completed
-            # (docs/health.md: the tray that fails drains; the rest of its domain stays in service).
-            checks.append({"name": "nvlink-fabric", "kind": "service", "unit": "nvidia-imex.service"})
+            checks.append(nvlink_check(model.nvlink_domain, count))
     nic = spec.parts.nics.get(group.nic or "") if group.nics_per_node else None
     if nic is not None and nic.rdma and group in spec.fabric_groups:
         hcas = plan.hcas(group)
