@@ -151,11 +151,13 @@ def private_dir(path: str | os.PathLike, *, what: str = "state folder") -> Path:
     return p
 
 
-def read_regular(path: str | os.PathLike, limit: int) -> tuple[bytes, os.stat_result]:
+def read_regular(path: str | os.PathLike, limit: int, *, follow_links: bool = True) -> tuple[bytes, os.stat_result]:
     """(the bytes, the stat of the file they came from) of a regular file of at most `limit` bytes. A FIFO,
     a device (/dev/zero), a socket or a folder is refused without blocking (opened O_NONBLOCK, checked by
-    fstat on the open file, so what is checked is what is read). Raises OSError whose strerror says why."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    fstat on the open file, so what is checked is what is read); without `follow_links` a link is refused too
+    (ELOOP). Raises OSError whose errno and strerror say why (EINVAL: not a regular file; EFBIG: too large)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags if follow_links else flags | os.O_NOFOLLOW)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

@@ -285,15 +285,24 @@ def _amd_ras(limit: int) -> tuple[bool, str]:
     return (False, "; ".join(bad)) if bad else (True, f"no uncorrected ECC errors on {seen} GPUs")
 
 
-def fabric_manager(check: dict) -> tuple[bool, str]:
-    unit = check.get("unit", "nvidia-fabricmanager.service")
+def unit_inactive(check: dict, unit: str, what: str) -> str | None:
+    """Why `unit` is not running (systemctl is-active), or None when it is; `what` names it when systemctl is
+    missing."""
     systemctl = tool("systemctl")
     if not systemctl:
-        return False, "systemctl not found: cannot tell whether Fabric Manager runs"
+        return f"systemctl not found: cannot tell whether {what} runs"
     rc, out, _err = run([systemctl, "is-active", unit], budget(check))
     state = first_line(out) or f"exit {rc}"
     if state != "active":
-        return False, f"{unit} is {state}"
+        return f"{unit} is {state}"
+    return None
+
+
+def fabric_manager(check: dict) -> tuple[bool, str]:
+    unit = check.get("unit", "nvidia-fabricmanager.service")
+    why = unit_inactive(check, unit, "Fabric Manager")
+    if why:
+        return False, why
     smi = tool("nvidia-smi")
     if smi:
         rc, out, _err = run([smi, "--query-gpu=index,fabric.state,fabric.status", "--format=csv,noheader"],
@@ -440,14 +449,9 @@ def nvlink_fabric(check: dict) -> tuple[bool, str]:
     both, and each GPU has the catalog's NVLinks up at the catalog's rate. Passing, it says the tray's CliqueId
     and ClusterUUID, which the state file keeps: the rack-level comparison across trays reads them from there."""
     unit = check.get("unit")
-    if unit:
-        systemctl = tool("systemctl")
-        if not systemctl:
-            return False, f"systemctl not found: cannot tell whether {unit} runs"
-        rc, out, _err = run([systemctl, "is-active", unit], budget(check))
-        state = first_line(out) or f"exit {rc}"
-        if state != "active":
-            return False, f"{unit} is {state}"
+    why = unit_inactive(check, unit, unit) if unit else None
+    if why:
+        return False, why
     smi = tool("nvidia-smi")
     if not smi:
         return False, "nvidia-smi not found: cannot read the NVLink fabric (no NVIDIA driver)"

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from gpucluster.errors import UsageError, shown
 from gpucluster.inventory.values import HOSTNAME_RE
-from gpucluster.paths import private_dir, unsafe_ancestor
+from gpucluster.paths import private_dir, read_regular, unsafe_ancestor
 
 VERSION = 1
 NAME = "rollout.json"
@@ -92,46 +92,31 @@ def check_folder(folder: str | os.PathLike) -> None:
 
 def _read(path: Path) -> bytes:
     """The file's bytes: opened without following a link and without blocking, checked on the open file
-    (what is checked is what is read), read to at most MAX_BYTES."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+    (what is checked is what is read: paths.read_regular), read to at most MAX_BYTES, this user's and closed
+    to other writers."""
     try:
-        fd = os.open(path, flags)
+        raw, info = read_regular(path, MAX_BYTES, follow_links=False)
     except FileNotFoundError:
         raise UsageError(f"{path}: no rollout state here; start one with `gpucluster rollout TARGET`") from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UsageError(f"{path}: the rollout state file is a link (to {os.path.realpath(path)}), and is "
                              f"never followed; {FIX.format(path=path)}") from None
-        raise UsageError(f"{path}: cannot open the rollout state file ({exc.strerror or exc}); "
-                         f"{FIX.format(path=path)}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
+        if exc.errno == errno.EINVAL:
             raise UsageError(f"{path}: the rollout state file is not a regular file (a FIFO, a device, a socket "
-                             f"or a folder); {FIX.format(path=path)}")
-        if info.st_uid != os.geteuid():
-            raise UsageError(f"{path}: the rollout state file belongs to uid {info.st_uid}, not to you (uid "
-                             f"{os.geteuid()}); only a state this user wrote is acted on: "
-                             f"{FIX.format(path=path)}")
-        if info.st_mode & 0o022:
-            raise UsageError(f"{path}: the rollout state file can be written by other users (mode "
-                             f"{stat.S_IMODE(info.st_mode):04o}); {FIX.format(path=path)}")
-        chunks, size = [], 0
-        while size <= MAX_BYTES:
-            chunk = os.read(fd, min(1 << 20, MAX_BYTES + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if info.st_size > MAX_BYTES or size > MAX_BYTES:
+                             f"or a folder); {FIX.format(path=path)}") from None
+        if exc.errno == errno.EFBIG:
             raise UsageError(f"{path}: the rollout state file is larger than {MAX_BYTES} bytes, more than any "
-                             f"rollout writes; {FIX.format(path=path)}")
-        return b"".join(chunks)
-    except OSError as exc:
+                             f"rollout writes; {FIX.format(path=path)}") from None
         raise UsageError(f"{path}: cannot read the rollout state file ({exc.strerror or exc}); "
                          f"{FIX.format(path=path)}") from None
-    finally:
-        os.close(fd)
+    if info.st_uid != os.geteuid():
+        raise UsageError(f"{path}: the rollout state file belongs to uid {info.st_uid}, not to you (uid "
+                         f"{os.geteuid()}); only a state this user wrote is acted on: {FIX.format(path=path)}")
+    if info.st_mode & 0o022:
+        raise UsageError(f"{path}: the rollout state file can be written by other users (mode "
+                         f"{stat.S_IMODE(info.st_mode):04o}); {FIX.format(path=path)}")
+    return raw
 
 
 def load(path: str | os.PathLike) -> dict:
