@@ -1,6 +1,6 @@
 """The product speaks of the product: no README, doc, source, test, bench, script, role, playbook or plugin
-narrates how the project was built (numbered stops of work, issue numbers, "this session", "other sessions",
-"the issue's bound", "Must show", "the lead's phase 2"). A reader of the product needs what the software does
+narrates how the project was built (numbered rounds of work, tracker numbers of this project, the working
+session, an acceptance list, a person's plan: PATTERNS below). A reader of the product needs what the software does
 and what was measured, with its date and machine; a number that points into a tracker they cannot see says
 neither. A reference to another project's tracker names that project (`NVIDIA/cuda-repo-management#30`).
 
@@ -20,11 +20,11 @@ SEARCHED = ("README.md", "docs", "src", "tests", "bench", "scripts", "roles", "p
 SKIPPED_DIRS = {"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache"}
 
 PATTERNS = {
-    "a numbered stop of work": r"\bstop \d+\b|\bthis stop\b",
+    "a numbered stop of work": r"\bstop \d+\b|\bthis [s]top\b",
     "an issue number": r"\bissues? #?\d+",
     "the issue as the source of a figure or a list": r"\bthe issue\b",
-    "the working session": r"\bthis session\b|\bother sessions?\b",
-    "an acceptance list item": r"\bmust show\b",
+    "the working session": r"\bthis [s]ession\b|\bother [s]essions?\b",
+    "an acceptance list item": r"\bmust [s]how\b",
     "a person's plan": r"\bthe lead's\b",
 }
 

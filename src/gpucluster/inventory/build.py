@@ -55,7 +55,8 @@ def keeps_state_folder(output: Path, state_dir: str | os.PathLike | None) -> Non
     """Refuse to rewrite an inventory that names a state folder so that it names another one, unless --state-dir
     says which. The state folder holds the cluster's secrets: an inventory rewritten without --state-dir points
     configure at each operator's default folder, which has none, and a converge from there would install new
-    ones (the secrets guard in playbooks/site.yml stops it; this stops it sooner, where the mistake is made)."""
+    ones (the secrets guard in playbooks/site.yml stops that run; refusing here is sooner, where the mistake is
+    made)."""
     from gpucluster.inventory.reader import INVENTORY_NAMES, load_inventory
     from gpucluster.inventory.statedir import literal
 
