@@ -20,11 +20,11 @@ LIMIT = 80
 EXCEPTIONS = {
     "commands/fabric.py:register": "table-like: one add_parser/add_argument call after another, one run per fabric "
                                    "subcommand; to be split into a registration per subcommand",
-    "validate/expect.py:build": "being split with its command's entry point (validate)",
-    "asbuilt/ibnetdiscover.py:_parse": "being split with the as-built package's rewrite",
-    "configure/playbook.py:configure": "being split with its command's entry point (configure)",
-    "validate/viaslurm.py:run_via_slurm": "being split with its command's entry point (validate)",
-    "asbuilt/discover.py:discover": "being split with the as-built package's rewrite",
+    "validate/expect.py:build": "not split yet: one expectation table per node group, built in one pass",
+    "asbuilt/ibnetdiscover.py:_parse": "not split yet: one line-by-line parser of ibnetdiscover's records",
+    "configure/playbook.py:configure": "not split yet: the run's folder, extra vars, runner and live line",
+    "validate/viaslurm.py:run_via_slurm": "not split yet: submit, wait and collect the checks' job",
+    "asbuilt/discover.py:discover": "not split yet: tiers, hosts and bundles of one discovered graph",
     "fabric/plan.py:plan_cluster": "not split yet: its steps (units, pods, tiers, cores) share locals; to be split "
                                    "into those named steps",
     "emulate/adapt.py:adapt_slurm_conf": "not split yet: one pass of emulator overrides over slurm.conf",
