@@ -177,6 +177,23 @@ def skip_or_fail(reason: str) -> None:
     pytest.skip(reason)
 
 
+def need_slurm_line(line: str) -> None:
+    """A real slurmctld of `line` can run here, or skip_or_fail says why: 22.05 from the host's packages, the
+    other lines from their Debian roots (gpucluster.emulate.roots), which chroot needs root for."""
+    from gpucluster.emulate.roots import RootError, runtime
+
+    if line == "22.05":
+        if not slurmctld_available():
+            skip_or_fail("not run: slurmctld/slurmd/munged not installed (apt-get install slurmctld slurmd munge)")
+        return
+    if os.geteuid() != 0:
+        skip_or_fail(f"not run: Slurm {line} runs from a Debian root through chroot, which needs root")
+    try:
+        runtime(line)
+    except RootError as exc:
+        skip_or_fail(f"not run: Slurm {line}: {exc}")
+
+
 # ---- `from conftest import ...` ----------------------------------------------------------------
 # Test modules in tests/ import these helpers as `conftest`. Without packages, pytest imports every
 # conftest.py as the module `conftest`, so tests/staged/conftest.py (collected before test_*.py, as

@@ -19,14 +19,13 @@ The results, per class and release, are the table in docs/operations.md ("Verifi
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import example_path, skip_or_fail, slurmctld_available
+from conftest import example_path, need_slurm_line
 
 from gpucluster import slurmkeys, slurmtext
 from gpucluster.cluster import load_cluster
@@ -60,27 +59,12 @@ def _diff(tmp: Path, line: str, new_text: str):
 
 # ---- the cluster ----------------------------------------------------------------------------------------------
 
-def _need(line: str) -> None:
-    from gpucluster.emulate.roots import RootError, runtime
-
-    if line == "22.05":
-        if not slurmctld_available():
-            skip_or_fail("not run: slurmctld/slurmd/munged not installed (apt-get install slurmctld slurmd munge)")
-        return
-    if os.geteuid() != 0:
-        skip_or_fail(f"not run: Slurm {line} runs from a Debian root through chroot, which needs root")
-    try:
-        runtime(line)
-    except RootError as exc:
-        skip_or_fail(f"not run: Slurm {line}: {exc}")
-
-
 @pytest.fixture(scope="module", params=LINES)
 def emulated(request, tmp_path_factory) -> Iterator:
     from gpucluster.emulate import SlurmCluster
 
     line = request.param
-    _need(line)
+    need_slurm_line(line)
     tmp = tmp_path_factory.mktemp(f"classes-{line}")
     conf = tmp / "conf"
     cluster = load_cluster(_spec(tmp, "old", STAGING, line))

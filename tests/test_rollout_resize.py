@@ -11,14 +11,13 @@ job runs on); once the job ends the shrink removes the nodes from Slurm."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import hostlist
 import pytest
-from conftest import skip_or_fail, slurmctld_available
+from conftest import need_slurm_line
 
 from gpucluster.cluster import load_cluster
 from gpucluster.emulate.emulator import config_nodes
@@ -36,20 +35,8 @@ LINES = ("22.05", "24.11", "26.05")
 def line(request) -> str:
     """The Slurm line, as tests/test_diff_classes_real.py picks it: 22.05 from the host's packages, the others from
     their Debian roots. Module-scoped so that each line is its own xdist group (conftest.py, "loadgroup")."""
-    from gpucluster.emulate.roots import RootError, runtime
-
-    line = request.param
-    if line == "22.05":
-        if not slurmctld_available():
-            skip_or_fail("not run: slurmctld/slurmd/munged not installed (apt-get install slurmctld slurmd munge)")
-        return line
-    if os.geteuid() != 0:
-        skip_or_fail(f"not run: Slurm {line} runs from a Debian root through chroot, which needs root")
-    try:
-        runtime(line)
-    except RootError as exc:
-        skip_or_fail(f"not run: Slurm {line}: {exc}")
-    return line
+    need_slurm_line(request.param)
+    return request.param
 
 
 class Emulated:

@@ -13,13 +13,12 @@ and scontrol's `-o` line as the nodes read it). Part two: the same texts set on 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import example_path, skip_or_fail, slurmctld_available
+from conftest import example_path, need_slurm_line
 
 from gpucluster import slurmtext
 from gpucluster.diff import running
@@ -229,21 +228,6 @@ REASONS = [c[2] for c in CASES if c[1] == "reason"]
 JOB_NAMES = [c[2] for c in CASES if c[1] == "job"]
 
 
-def _need(line: str) -> None:
-    from gpucluster.emulate.roots import RootError, runtime
-
-    if line == "22.05":
-        if not slurmctld_available():
-            skip_or_fail("not run: slurmctld/slurmd/munged not installed (apt-get install slurmctld slurmd munge)")
-        return
-    if os.geteuid() != 0:
-        skip_or_fail(f"not run: Slurm {line} runs from a Debian root through chroot, which needs root")
-    try:
-        runtime(line)
-    except RootError as exc:
-        skip_or_fail(f"not run: Slurm {line}: {exc}")
-
-
 @pytest.fixture(scope="module", params=LINES)
 def real(request, tmp_path_factory) -> Iterator:
     from gpucluster.cluster import load_cluster
@@ -251,7 +235,7 @@ def real(request, tmp_path_factory) -> Iterator:
     from gpucluster.render import render_all, write_outputs
 
     line = request.param
-    _need(line)
+    need_slurm_line(line)
     tmp = tmp_path_factory.mktemp(f"hostile-{line}")
     spec = tmp / "staging.yaml"
     spec.write_text(example_path("staging").read_text().replace('version: "22.05"', f'version: "{line}"', 1))
