@@ -36,14 +36,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    spec_help = SPEC_HELP
     p = sub.add_parser("check", help="validate a cluster spec and report every problem",
                        description="Check a cluster spec: its syntax, then its meaning (radix, rails, Slurm "
                                    "limits, storage). Every problem is reported at once with its file, line, "
                                    "field, rule and fix; exit 2 when there is an error.",
                        epilog="example:\n  gpucluster check examples/staging.yaml",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("spec", help=f"{spec_help}, e.g. examples/meta-24k-roce.yaml")
+    p.add_argument("spec", help=f"{SPEC_HELP}, e.g. examples/meta-24k-roce.yaml")
     p.add_argument("--json", action="store_true",
                    help="findings as JSON (file, line, column, field, rule, level, message, fix) on stdout")
     suppress_arg(p)

@@ -19,7 +19,6 @@ def cmd_expand(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    spec_help = SPEC_HELP
     p = sub.add_parser("expand", help="print the spec with every default filled in and marked '# default'",
                        description="Print the spec as YAML with every field the model knows: the values you wrote, "
                                    "and every default, each marked with a trailing '# default'. The output is a "
@@ -28,6 +27,6 @@ def register(sub) -> None:
                               "  gpucluster expand examples/staging.yaml\n"
                               "  gpucluster expand examples/staging.yaml | grep -v '# default$'",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("spec", help=f"{spec_help}, e.g. examples/staging.yaml")
+    p.add_argument("spec", help=f"{SPEC_HELP}, e.g. examples/staging.yaml")
     report_flags(p, "every value, and the field paths that took their default")
     p.set_defaults(func=cmd_expand)

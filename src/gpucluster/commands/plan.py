@@ -41,7 +41,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    spec_help = SPEC_HELP
     p = sub.add_parser("plan", help="physical design: switches per tier, oversubscription, bisection bandwidth",
                        description="Plan the fabric of a spec: switches per tier, links, oversubscription, "
                                    "bisection bandwidth, racks and storage, with a line for every count that "
@@ -50,7 +49,7 @@ def register(sub) -> None:
                               "  gpucluster plan examples/colossus-200k.yaml\n"
                               "  gpucluster plan examples/colossus-200k.yaml --html plan.html --svg pod49.svg --pod 49",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("spec", help=f"{spec_help}, e.g. examples/colossus-200k.yaml")
+    p.add_argument("spec", help=f"{SPEC_HELP}, e.g. examples/colossus-200k.yaml")
     p.add_argument("--json", action="store_true", help="machine-readable output (stable keys: docs/spec.md); "
                                                        "on a bad spec, the findings as check --json prints them")
     suppress_arg(p)

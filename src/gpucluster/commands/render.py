@@ -74,7 +74,6 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    spec_help = SPEC_HELP
     p = sub.add_parser("render", help=RENDER_HELP,
                        description="Render every file of a spec into a folder: Slurm and NCCL configs from "
                                    "templates/, the RoCE and storage settings, the health checks, the cabling map, "
@@ -83,7 +82,7 @@ def register(sub) -> None:
                               "  gpucluster render examples/staging.yaml -o out/staging\n"
                               "  gpucluster render examples/colossus-200k.yaml -o out/colossus --no-cabling",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("spec", help=f"{spec_help}, e.g. examples/staging.yaml")
+    p.add_argument("spec", help=f"{SPEC_HELP}, e.g. examples/staging.yaml")
     p.add_argument("-o", "--output", required=True, metavar="DIR",
                    help="output folder, replaced as a whole set: readers see the old files or the new ones; "
                         "files an earlier render wrote and this one does not are removed, yours are kept")
