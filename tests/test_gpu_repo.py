@@ -298,8 +298,8 @@ def _install_block(stack: dict) -> tuple[list[dict], dict]:
 def _role_install(stack: dict) -> list[str]:
     """NAME=VERSION as the role's install task asks apt for them."""
     block, variables = _install_block(stack)
-    task = next(t for t in block if "driver" in t["name"] and "ansible.builtin.apt" in t)
-    return list(role_eval(task["ansible.builtin.apt"]["name"], variables))
+    task = next(t for t in block if "driver" in t["name"] and "gpucluster_apt" in t)
+    return list(role_eval(task["gpucluster_apt"]["name"], variables))
 
 
 def _role_hold(stack: dict) -> tuple[list[str], str]:
@@ -454,8 +454,8 @@ def _role_imex(stack: dict) -> list[str]:
     block_task = _task(ROLE / "tasks" / "imex.yml", lambda t: "block" in t)
     for name, expr in block_task.get("vars", {}).items():
         variables[name] = role_eval(expr, variables)
-    task = next(t for t in block_task["block"] if "ansible.builtin.apt" in t)
-    return list(role_eval(task["ansible.builtin.apt"]["name"], variables))
+    task = next(t for t in block_task["block"] if "gpucluster_apt" in t)
+    return list(role_eval(task["gpucluster_apt"]["name"], variables))
 
 
 def test_imex_installs_with_the_driver_at_the_locked_version(apt: Apt, stack: dict) -> None:

@@ -236,8 +236,8 @@ def test_what_a_gpu_role_installs_at_a_locked_version_it_holds(role: str) -> Non
     """The apt task installs {package: version} through gpucluster_apt_names; the dpkg task holds exactly those
     packages (tests/test_gpu_repo.py shows, with real dpkg and apt, what a hold keeps for nvidia_gpu)."""
     block = next(t for t in _yaml(ROOT / "roles" / role / "tasks" / "install.yml") if "block" in t)["block"]
-    installs = [t["ansible.builtin.apt"]["name"] for t in block
-                if "gpucluster_apt_names" in str((t.get("ansible.builtin.apt") or {}).get("name"))]
+    installs = [t["gpucluster_apt"]["name"] for t in block
+                if "gpucluster_apt_names" in str((t.get("gpucluster_apt") or {}).get("name"))]
     assert len(installs) == 1, installs
     pinned = re.fullmatch(r"\{\{ (\w+) \| gpucluster_apt_names \}\}", installs[0]).group(1)
     holds = [t for t in block if "ansible.builtin.dpkg_selections" in t]
