@@ -3,6 +3,8 @@
 
     .venv/bin/python bench/converge_mitogen.py --inventory DIR [--strategies linear,mitogen_linear]
         [--rounds 2] [--run-timeout 900] [--budget 3600] [--project DIR] [--json bench/converge-mitogen.json]
+    .venv/bin/python bench/converge_mitogen.py --inventory DIR --strategies mitogen_linear,mitogen_linear
+        --projects BEFORE,AFTER --json bench/converge-apt.json    # one strategy, two snapshots of the roles
 
 The cluster must be staged and converged once (`gpucluster stage up SPEC --state-dir S --inventory DIR`, then
 `gpucluster configure DIR`). Every measurement is a whole process (this script with --child), so nothing one
@@ -108,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-timeout", type=int, default=900, help="seconds one run may take before it is killed")
     parser.add_argument("--budget", type=int, default=3600, help="seconds after which no further run starts")
     parser.add_argument("--project", help="the checkout whose ansible.cfg, playbooks and roles run (default: this)")
+    parser.add_argument("--projects", help="A,B: one checkout per side (before and after a change to the roles), "
+                                           "instead of --project; with one strategy named twice")
     parser.add_argument("--json", default=str(ROOT / "bench" / "converge-mitogen.json"))
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
@@ -131,10 +135,18 @@ def main(argv: list[str] | None = None) -> int:
     containers = _staged_containers(inventory)
     cgroups = container_cgroups(containers)
     a, b = [s.strip() for s in args.strategies.split(",")]
+    # Each side is a label: the strategy, or with --projects the strategy and its checkout's folder name.
+    projects = {}
+    if args.projects:
+        pa, pb = [p.strip() for p in args.projects.split(",")]
+        sa, sb = a, b
+        a, b = f"{sa}@{Path(pa).name}", f"{sb}@{Path(pb).name}"
+        projects = {a: (sa, pa), b: (sb, pb)}
     started = time.monotonic()
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"converge-mitogen-{os.getpid()}"
     work.mkdir(mode=0o700)
-    numbers: dict = {"inventory": str(inventory), "project": args.project or str(ROOT), "nodes": len(nodes),
+    numbers: dict = {"inventory": str(inventory), "project": args.projects or args.project or str(ROOT),
+                     "nodes": len(nodes),
                      "cpus": os.cpu_count(),
                      "strategies": [a, b], "subreaper": subreaper, "load_before": _load(),
                      "date": time.strftime("%Y-%m-%d"), "runs": []}
@@ -145,9 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     def run(strategy: str, step: str, check: bool = False) -> dict:
         _reap_left(set())  # what came before (the drift's podman conmon processes) is not this run's
         out = work / f"{len(numbers['runs'])}.json"
+        label = strategy
+        strategy, project = projects.get(label, (label, args.project))
         cmd = [sys.executable, str(Path(__file__).resolve()), "--inventory", str(inventory), "--child", strategy,
                "--out", str(out)] + (["--check"] if check else [])
-        cmd += ["--project", args.project] if args.project else []
+        cmd += ["--project", project] if project else []
         n0, t0 = _usage(cgroups), time.monotonic()
         proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)
         deadline = t0 + args.run_timeout
@@ -167,14 +181,14 @@ def main(argv: list[str] | None = None) -> int:
         n1 = _usage(cgroups)
         result = json.loads(out.read_text()) if out.is_file() else {"ok": False, "changed": -1, "changes": {},
                                                                       "failures": {"bench": ["timed out or died"]}}
-        row = {"step": step, "strategy": strategy, "check": check, "hosts": len(nodes), "wall_s": round(wall, 1),
+        row = {"step": step, "strategy": label, "check": check, "hosts": len(nodes), "wall_s": round(wall, 1),
                "controller_cpu_s": round(cpu, 2), "controller_cpu_per_host_s": round(cpu / len(nodes), 2),
                "left_behind_cpu_s": round(left, 2),
                "nodes_cpu_s": round(sum(n1.get(k, 0.0) - n0.get(k, 0.0) for k in n1), 1),
                "load_after": _load(), **result}
         numbers["runs"].append(row)
         save()
-        print(f"{step:10s} {strategy:15s} {'check' if check else '':5s} wall {wall:6.1f} s  ctl CPU {cpu:7.2f} s "
+        print(f"{step:10s} {label:15s} {'check' if check else '':5s} wall {wall:6.1f} s  ctl CPU {cpu:7.2f} s "
               f"({cpu / len(nodes):5.2f}/host)  nodes {row['nodes_cpu_s']:7.1f} s  changed {row['changed']:3d}  "
               f"{'ok' if row['ok'] else 'FAILED'}  load {row['load_after']}", flush=True)
         return row

@@ -65,14 +65,14 @@ def test_only_a_present_only_task_is_probed(args, names):
     assert action.probe_names(args) == names
 
 
-def _adhoc(module_args: dict, tmp_path: Path) -> dict:
+def _adhoc(module_args: dict, tmp_path: Path, module: str = "gpucluster_apt") -> dict:
     """One task of the real `ansible` on this machine (local connection, the system Python that has apt's bindings),
     in check mode; its result as the json callback gives it."""
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_STDOUT_CALLBACK": "json",
            "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"), "ANSIBLE_HOME": str(tmp_path)}
     res = subprocess.run([str(ANSIBLE), "localhost", "-i", "localhost,", "-c", "local", "--check",
-                          "-e", "ansible_python_interpreter=/usr/bin/python3", "-m", "gpucluster_apt",
+                          "-e", "ansible_python_interpreter=/usr/bin/python3", "-m", module,
                           "-a", json.dumps(module_args)],
                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False)
     # the json callback's document, after any line another enabled callback printed first
@@ -101,3 +101,27 @@ def test_a_version_dpkg_does_not_have_goes_to_apt(tmp_path):
     # apt's own answer: it looked for that version and has none (the probe alone would say "unmet", not this)
     assert r.get("failed") is True, r
     assert "apt not run" not in r.get("msg", "") and "0.0.0-gpucluster-test" in r.get("msg", ""), r
+
+
+@pytest.mark.parametrize(("probe_result", "forced"), [
+    ({"satisfied": False, "package_lists": 0}, True),   # an emptied index: its date would look fresh to apt
+    ({"satisfied": False, "package_lists": 12}, False),
+    ({"failed": True, "package_lists": 0}, False),      # a failed probe changes nothing of the task's arguments
+    ({"satisfied": False}, False),
+])
+def test_an_empty_index_is_refreshed_before_apt_installs(probe_result, forced):
+    args = {"name": ["python3-pymysql"], "update_cache": True, "cache_valid_time": 3600}
+    got = action.with_index(args, probe_result)
+    assert (got == {**args, "cache_valid_time": 0}) is forced, got
+    assert args["cache_valid_time"] == 3600  # the task's own arguments are not changed in place
+
+
+@needs
+def test_the_probe_counts_the_package_lists(tmp_path):
+    """This machine's apt index has lists (setup installed packages from it); the probe reports them."""
+    import glob
+
+    r = _adhoc({"name": ["dpkg", "no-such-package-gpucluster-test"]}, tmp_path, module="gpucluster_dpkg_status")
+    assert r["package_lists"] == len(glob.glob("/var/lib/apt/lists/*_Packages*")) > 0, r
+    assert r["satisfied"] is False and "dpkg" in r["installed"], r
+    assert [u.split(":")[0] for u in r["unmet"]] == ["no-such-package-gpucluster-test"], r

@@ -3,6 +3,11 @@ packages to be present (state present, the default) it runs gpucluster_dpkg_stat
 is installed at its wanted version the task is ok without apt. Otherwise, or when the probe itself fails, apt runs
 with exactly the arguments the task gave, so installs, pins, downgrades, check mode and diffs are apt's own.
 
+A node whose index holds no package list at all (an image or a cloud node shipped with /var/lib/apt/lists
+emptied) gets it refreshed before apt installs, whatever the task's cache_valid_time: that folder's date is the
+image's build date, which cache_valid_time would trust, and every package outside the image would be "not
+available". A node that has every package never fetches an index it does not need.
+
 Why: apt's module loads the node's whole package cache on every call, one to three CPU-seconds a task whether or
 not anything is installed (eight such tasks on a GPU node were half a no-op converge's node CPU). Skipping apt when
 nothing is to be installed also skips its update_cache/cache_valid_time refresh, which only serves an install.
@@ -33,6 +38,13 @@ def probe_names(args: dict) -> list[str] | None:
     return names
 
 
+def with_index(args: dict, probe: dict) -> dict:
+    """apt's arguments, with a refresh of the index forced where the probe found no package list at all."""
+    if probe.get("failed") or probe.get("package_lists") != 0:
+        return args
+    return {**args, "update_cache": True, "cache_valid_time": 0}
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
 
@@ -46,5 +58,6 @@ class ActionModule(ActionBase):
                 result.update(changed=False, installed=probe.get("installed", {}),
                               msg=f"{len(names)} package(s) installed at the wanted versions (dpkg); apt not run")
                 return result
+            args = with_index(args, probe)
         result.update(self._execute_module(module_name=APT, module_args=args, task_vars=task_vars))
         return result

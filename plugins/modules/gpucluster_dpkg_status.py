@@ -21,9 +21,11 @@ RETURN = r"""
 satisfied: {type: bool, returned: always, description: Every package is installed at its wanted version.}
 installed: {type: dict, returned: always, description: Package to the version dpkg has installed.}
 unmet: {type: list, returned: always, description: "Each package that is not: its name and why."}
+package_lists: {type: int, returned: always, description: "How many package lists apt's index holds (0: none)."}
 """
 
 import fnmatch
+import glob
 import re
 
 from ansible.module_utils.basic import AnsibleModule
@@ -79,7 +81,8 @@ def main() -> None:
                 rows.setdefault(pkg.split(":", 1)[0], (status, version))
     installed, more = judge(want, rows)
     unmet += more
-    module.exit_json(changed=False, satisfied=not unmet, installed=installed, unmet=unmet)
+    lists = len(glob.glob("/var/lib/apt/lists/*_Packages*"))
+    module.exit_json(changed=False, satisfied=not unmet, installed=installed, unmet=unmet, package_lists=lists)
 
 
 if __name__ == "__main__":

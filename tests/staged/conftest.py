@@ -35,6 +35,7 @@ except in CI (env CI set), where they fail: CI runs everything it can.
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import socket
 import subprocess
@@ -211,6 +212,22 @@ def _apt_index(handle: StagedHandle, host: str) -> dict:
     return {"package_lists": int(lists), "folder_age_s": int(age)}
 
 
+KEEP_ENV = "GPUCLUSTER_STAGED_KEEP"
+
+
+def kept_folder(folder: str) -> Path | None:
+    """GPUCLUSTER_STAGED_KEEP=DIR (a developer's machine, never CI): the cluster lives under DIR/folder and stays up
+    after the session; the next session reuses it without a first configure (its result is kept beside it), so
+    one staged test runs in seconds. Remove it with `gpucluster stage down SPEC --state-dir DIR/folder/stage`.
+    Tests that change the cluster leave their changes: run those against a fresh cluster before a push."""
+    where = os.environ.get(KEEP_ENV, "").strip()
+    if not where or os.environ.get("CI"):
+        return None
+    from gpucluster.paths import private_dir
+
+    return private_dir(Path(where).resolve() / folder)
+
+
 def _staged(tmp_path_factory: pytest.TempPathFactory, spec_path: Path, folder: str, *, apt_index: bool = False):
     """Bring up and configure the staged cluster of spec_path the way an operator sets up a fleet gpucluster
     did not stage: the containers come up, the inventory comes from `gpucluster inventory --ssh-config <the
@@ -221,15 +238,15 @@ def _staged(tmp_path_factory: pytest.TempPathFactory, spec_path: Path, folder: s
         skip_or_fail(reason)
     from gpucluster.cluster import load_cluster
     from gpucluster.stage.lifecycle import node_suite, stage_up
-    from gpucluster.stage.podman import StageConfig, down
 
     cluster = load_cluster(spec_path)
     loaded, plan = cluster.loaded, cluster.plan
-    base = tmp_path_factory.mktemp(folder)
+    keep = kept_folder(folder)
+    base = keep or tmp_path_factory.mktemp(folder)
     state, inv_dir, logs = base / "stage", base / "inventory", base / "logs"
     cluster_state, secrets = base / "cluster-state", base / "operator" / "secrets.json"
-    logs.mkdir()
-    stage_log = (logs / "stage.log").open("w")
+    logs.mkdir(exist_ok=keep is not None)
+    stage_log = (logs / "stage.log").open("a" if keep else "w")
 
     def log(m: str) -> None:
         stage_log.write(m + "\n")
@@ -239,25 +256,40 @@ def _staged(tmp_path_factory: pytest.TempPathFactory, spec_path: Path, folder: s
         _fresh_image_in_ci(log, node_suite(cluster, str(spec_path)))
         staged, _stage_inventory = stage_up(str(spec_path), state=str(state), inventory=str(base / "stage-inventory"),
                                             log=log, cluster=cluster)
-        res = cli("inventory", str(spec_path), "-o", str(inv_dir), "--ssh-config", str(staged.ssh_config),
-                  "--state-dir", str(cluster_state))
-        assert res.returncode == 0, f"gpucluster inventory --ssh-config failed: {res.stderr}"
-        res = cli("secrets", "--generate", "-o", str(secrets))
-        assert res.returncode == 0, f"gpucluster secrets --generate failed: {res.stderr}"
+        first = base / "first-configure.pickle"  # kept mode: the first configure's result, for the tests that read it
+        if not (keep and first.is_file()):
+            res = cli("inventory", str(spec_path), "-o", str(inv_dir), "--ssh-config", str(staged.ssh_config),
+                      "--state-dir", str(cluster_state))
+            assert res.returncode == 0, f"gpucluster inventory --ssh-config failed: {res.stderr}"
+            res = cli("secrets", "--generate", "-o", str(secrets))
+            assert res.returncode == 0, f"gpucluster secrets --generate failed: {res.stderr}"
         handle = StagedHandle(spec=loaded.spec, plan=plan, loaded=loaded, spec_path=spec_path,
                               inventory=inv_dir / "hosts.yml", state_dir=cluster_state, staged=staged, logs=logs,
                               secrets_file=secrets)
-        if apt_index:  # what the fresh image brought, before configure fetches the package index
-            handle.apt_before = {h: _apt_index(handle, h) for h in ("ctl01", "gpu01")}
-        handle.first_configure = handle.configure()
+        if keep and first.is_file():
+            handle.apt_before, handle.first_configure, handle._runs = pickle.loads(first.read_bytes())
+            log(f"kept cluster reused from {base}: no first configure")
+        else:
+            if apt_index:  # what the fresh image brought, before configure fetches the package index
+                handle.apt_before = {h: _apt_index(handle, h) for h in ("ctl01", "gpu01")}
+            handle.first_configure = handle.configure()
+            if keep and handle.first_configure.ok:
+                first.write_bytes(pickle.dumps((handle.apt_before, handle.first_configure, handle._runs)))
         yield handle
     finally:
         stage_log.close()
-        try:
-            down(StageConfig(cluster=loaded.spec.name, state_dir=state), log=lambda _m: None)
-        finally:
-            for d in (inv_dir, state, cluster_state, base / "stage-inventory", secrets.parent):
-                shutil.rmtree(d, ignore_errors=True)
+        if not keep:  # a kept cluster stays up for the next session (kept_folder)
+            _down(loaded.spec.name, state, (inv_dir, state, cluster_state, base / "stage-inventory", secrets.parent))
+
+
+def _down(name: str, state: Path, folders: tuple[Path, ...]) -> None:
+    from gpucluster.stage.podman import StageConfig, down
+
+    try:
+        down(StageConfig(cluster=name, state_dir=state), log=lambda _m: None)
+    finally:
+        for d in folders:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -273,5 +305,5 @@ def staged_trixie(tmp_path_factory: pytest.TempPathFactory):
     24.11 on Debian 13 nodes, on the production cgroup profile, with its own tmp folders, names, network and
     ports; session scope: every module of its xdist group (test_trixie.py, test_rollout_staged.py) shares it,
     brought up once by the one worker that runs that group."""
-    yield from _staged(tmp_path_factory, TRIXIE_SPEC, "staged-trixie")
+    yield from _staged(tmp_path_factory, TRIXIE_SPEC, "staged-trixie", apt_index=True)
 

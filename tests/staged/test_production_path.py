@@ -1,7 +1,9 @@
-"""The staged containers treated as a fleet gpucluster did not stage (issue: the production path).
+"""The staged containers treated as a fleet gpucluster did not stage: the production path.
 
-The session fixture wrote the inventory with `gpucluster inventory --ssh-config`, the secrets with
-`gpucluster secrets --generate`, and configured with --secrets. Here: the fresh image's apt trap was met,
+On the Debian 13 cluster (staged_trixie): the two staged clusters' workers run side by side, and these tests
+balance them (the Debian 12 cluster carries the pull and health tests). The session fixture wrote the inventory
+with `gpucluster inventory --ssh-config`, the secrets with `gpucluster secrets --generate`, and configured with
+--secrets. Here: the fresh image's apt trap was met,
 the supplied secrets are the ones on the nodes, a dry run (--check --diff) reports exactly what a spec
 change would do and changes nothing, one concern can be pushed to some hosts in batches, and the steps
 after the compile parse the spec no more.
@@ -75,11 +77,11 @@ def _config_holders(c) -> list[str]:
     return sorted({h for g in ("slurm_dbd", "slurm_controller", "slurm_login") for h in c.hosts(g)})
 
 
-def test_fresh_image_met_the_apt_trap_and_configure_got_past_it(staged_cluster):
+def test_fresh_image_met_the_apt_trap_and_configure_got_past_it(staged_trixie):
     """The node image ships no package lists (it is built with /var/lib/apt/lists emptied). In CI the image
     was built in this run, so the folder's date is minutes old: apt's cache_valid_time alone would call that
     index fresh, and python3-pymysql (not in the image) would be 'not available'."""
-    c = staged_cluster
+    c = staged_trixie
     for host, before in c.apt_before.items():
         assert before["package_lists"] == 0, f"{host}: the image came with package lists: {before}"
         if os.environ.get("CI"):
@@ -90,16 +92,16 @@ def test_fresh_image_met_the_apt_trap_and_configure_got_past_it(staged_cluster):
 
 
 @pytest.mark.parametrize("host", ["ctl01", "gpu01", "gpu04"])
-def test_munge_key_on_the_node_is_the_one_supplied(staged_cluster, host):
-    c = staged_cluster
+def test_munge_key_on_the_node_is_the_one_supplied(staged_trixie, host):
+    c = staged_trixie
     _need_converged(c)
     want = hashlib.sha256(base64.b64decode(_secrets(c)["munge_key_b64"])).hexdigest()
     res = c.exec(host, "sha256sum", "/etc/munge/munge.key", check=True)
     assert res.stdout.split()[0] == want, f"{host}: /etc/munge/munge.key is not the supplied key"  # no hash shown
 
 
-def test_slurmdbd_uses_the_supplied_password(staged_cluster):
-    c = staged_cluster
+def test_slurmdbd_uses_the_supplied_password(staged_trixie):
+    c = staged_trixie
     _need_converged(c)
     dbd = c.hosts("slurm_dbd")[0]
     res = c.exec(dbd, "sh", "-c", "sed -n 's/^StoragePass=//p' /etc/slurm/slurmdbd.conf | tr -d '\\n' | sha256sum",
@@ -108,9 +110,9 @@ def test_slurmdbd_uses_the_supplied_password(staged_cluster):
     assert res.stdout.split()[0] == want, f"{dbd}: slurmdbd.conf does not hold the supplied password"
 
 
-def test_steps_after_the_compile_parse_nothing(staged_cluster, tmp_path):
+def test_steps_after_the_compile_parse_nothing(staged_trixie, tmp_path):
     """One compiled load: validate reads the compiled state the configure left (no parse, no plan)."""
-    c = staged_cluster
+    c = staged_trixie
     _need_converged(c)
     trace = tmp_path / "trace"
     res = cli("validate", str(c.inventory.parent), "-n", "2", "-k", "munge",
@@ -119,12 +121,12 @@ def test_steps_after_the_compile_parse_nothing(staged_cluster, tmp_path):
     assert not trace.exists() or trace.read_text() == "", f"validate parsed or planned: {trace.read_text()}"
 
 
-def test_check_mode_shows_one_slurm_conf_change_where_it_lands_and_changes_nothing(staged_cluster, tmp_path):
+def test_check_mode_shows_one_slurm_conf_change_where_it_lands_and_changes_nothing(staged_trixie, tmp_path):
     """The spec gains one slurm.conf parameter: --check --diff reports exactly that line, on the hosts holding
     slurm.conf only (configless: the controllers, never a compute node), and the nodes keep their files.
     Every other task of every host reports no change, so this is also the check run on a converged cluster
     (a separate no-op check run cost a whole push converge of CI time and showed nothing more)."""
-    c = staged_cluster
+    c = staged_trixie
     _need_converged(c)
     data = yaml.safe_load(Path(c.spec_path).read_text())
     data["slurm"].setdefault("parameters", {})["MaxArraySize"] = 4321
@@ -159,10 +161,10 @@ def test_check_mode_shows_one_slurm_conf_change_where_it_lands_and_changes_nothi
     shutil.rmtree(tmp_path / "state", ignore_errors=True)
 
 
-def test_one_concern_to_some_hosts_in_batches(staged_cluster):
+def test_one_concern_to_some_hosts_in_batches(staged_trixie):
     """--tags slurm --limit 'gpu[01-02]' (a Slurm hostlist, as sinfo prints it) --batch 1: only the Slurm
     play, only those hosts, one at a time, and on a converged cluster nothing to change."""
-    c = staged_cluster
+    c = staged_trixie
     _need_converged(c)
     result = c.configure(tags="slurm", limit="gpu[01-02]", batch=1)
     assert result.ok, f"{result.failures} (log {result.log_path})"
@@ -175,7 +177,7 @@ def test_one_concern_to_some_hosts_in_batches(staged_cluster):
     assert GUARD_PLAY in log, "the secrets guard ran"
     ran = _tasks_by_role(log, skip_play=GUARD_PLAY)
     # Ansible validates every role's arguments whatever --tags says (that task is tagged always); nothing else
-    # of another concern may run. The package index play runs for every --tags (it installs nothing).
+    # of another concern may run.
     other = {role: tasks for role, tasks in ran.items()
              if not role.startswith("slurm_") and any(not t.startswith(ARG_SPEC_TASK) for t in tasks)}
     assert not other, f"--tags slurm ran other concerns: {other}"

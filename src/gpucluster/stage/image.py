@@ -57,6 +57,8 @@ PREBAKED_PACKAGES: tuple[str, ...] = (
     # roles/pull_runner (pull_runner_packages): site.yml installs the pull runner on every configure, and each
     # node downloading these three cost every staged configure an apt run; the role still installs them.
     "python3-jinja2", "python3-yaml", "python3-packaging",
+    # roles/rdma's fabric test (rdma_fabric_test_packages) on every GPU node: its first configure downloaded it.
+    "iperf3",
 )
 
 # Files written into the root before the build script runs: path -> (mode, content).
