@@ -112,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--project", help="the checkout whose ansible.cfg, playbooks and roles run (default: this)")
     parser.add_argument("--projects", help="A,B: one checkout per side (before and after a change to the roles), "
                                            "instead of --project; with one strategy named twice")
+    parser.add_argument("--stage-state", help="the stage's state folder, where the inventory names another (a staged "
+                                             "test's cluster kept with GPUCLUSTER_STAGED_KEEP: DIR/staged/stage)")
     parser.add_argument("--json", default=str(ROOT / "bench" / "converge-mitogen.json"))
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
@@ -132,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     inv = load_inventory(inventory)
     nodes = sorted(inv.hosts)
     gpu_nodes = set(inv.group("slurm_compute"))
-    containers = _staged_containers(inventory)
+    containers = _staged_containers(inventory, Path(args.stage_state) if args.stage_state else None)
     cgroups = container_cgroups(containers)
     a, b = [s.strip() for s in args.strategies.split(",")]
     # Each side is a label: the strategy, or with --projects the strategy and its checkout's folder name.

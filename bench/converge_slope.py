@@ -65,15 +65,16 @@ def fit(points: list[tuple[float, float]]) -> tuple[float, float, float]:
     return a, b, (resid / (n - 2) / sxx) ** 0.5
 
 
-def _staged_containers(inventory: Path) -> dict[str, str]:
-    """node -> podman container of a staged inventory (named by its cluster and state folder)."""
+def _staged_containers(inventory: Path, stage_state: Path | None = None) -> dict[str, str]:
+    """node -> podman container of a staged inventory (named by its cluster and the stage's state folder: the
+    inventory's own, unless `gpucluster inventory --ssh-config` wrote it with another, as the staged tests do)."""
     from gpucluster.inventory.reader import load_inventory
     from gpucluster.inventory.statedir import literal
     from gpucluster.stage.podman import StageConfig, container_name
 
     inv = load_inventory(inventory)
     cfg = StageConfig(cluster=str(literal(inv.vars["gpucluster_cluster"])),
-                      state_dir=Path(str(literal(inv.vars["gpucluster_state_dir"]))))
+                      state_dir=stage_state or Path(str(literal(inv.vars["gpucluster_state_dir"]))))
     return {h: container_name(cfg, h) for h in inv.hosts}
 
 
