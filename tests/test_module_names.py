@@ -22,6 +22,9 @@ KEPT = {
     "nvlink.py": ({"fabric/nvlink.py", "asbuilt/nvlink.py"},
                   "the same subject in the two parallel fabric packages: NVLink domains as planned (fabric) and "
                   "as built, compared with the plan (asbuilt), as fabric/cabling is to asbuilt/match"),
+    "gpucluster_apt.py": ({"plugins/action/gpucluster_apt.py", "plugins/modules/gpucluster_apt.py"},
+                          "Ansible's own pairing for an action: the task name resolves to the action plugin, and a "
+                          "module of the same name carries its documentation (as ansible.builtin.debug does)"),
 }
 
 
