@@ -114,6 +114,9 @@ def test_slurm_packages_are_held_at_that_version(staged_trixie):
     _need_converged(staged_trixie)
     want = _release_vars("slurm_common")["__slurm_common_default_version"]
     host = COMPUTE[0]
+    # apt-cache policy reads the package index, which a node that had every package never fetched (gpucluster_apt
+    # refreshes it only to install): fetch it here, as an operator would before asking apt.
+    staged_trixie.exec(host, "apt-get", "-q", "update", check=True, timeout=300)
     held = staged_trixie.exec(host, "apt-cache", "policy", "libslurm42t64", check=True).stdout
     assert f"Candidate: {want}" in held, f"{host}: libslurm42t64 is not held at {want}:\n{held}"
 
