@@ -46,25 +46,9 @@ def cmd_install(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from gpucluster.errors import OperationError, UsageError
     from gpucluster.health import remote, status
-    from gpucluster.inventory.reader import load_inventory
 
-    inv = load_inventory(args.inventory)
-    submit = (inv.group("slurm_login") + inv.group("slurm_controller"))[:1]
-    if not submit:
-        raise UsageError(f"{inv.path}: no slurm_login or slurm_controller host to ask Slurm from")
-    host = inv.hosts[submit[0]]
-    texts = []
-    for argv in (status.SHOW_NODES, status.SINFO_REASONS):
-        rc, out, err = remote.run(host, argv)
-        if rc != 0:
-            raise OperationError(f"{' '.join(argv)} on {host.name} failed (exit {rc}): {' '.join(err.split())[:300]}")
-        texts.append(out)
-    nodes = [n for n in inv.select(args.limit) if n in inv.group("slurm_compute")]
-    raw, errors = remote.state_files([inv.hosts[n] for n in nodes])
-    states = {n: status.parse_state_file(t) for n, t in raw.items()}
-    rows = status.merge(texts[0], texts[1], states, errors, nodes)
+    rows = remote.fleet_status(args.inventory, args.limit)
     sys.stdout.write(status.as_json(rows) + "\n" if args.json else status.format_status(rows))
     return 0
 
