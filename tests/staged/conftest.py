@@ -253,11 +253,14 @@ def _staged(tmp_path_factory: pytest.TempPathFactory, spec_path: Path, folder: s
         stage_log.flush()
 
     try:
+        # kept mode reuses the first configure only while every container of that configure still exists (stopped
+        # ones stage up restarts); containers stage up would create anew are unconfigured nodes
+        first = base / "first-configure.pickle"  # kept mode: the first configure's result, for the tests that read it
+        reused = keep is not None and first.is_file() and _containers_exist(loaded.spec.name, state, cluster)
         _fresh_image_in_ci(log, node_suite(cluster, str(spec_path)))
         staged, _stage_inventory = stage_up(str(spec_path), state=str(state), inventory=str(base / "stage-inventory"),
                                             log=log, cluster=cluster)
-        first = base / "first-configure.pickle"  # kept mode: the first configure's result, for the tests that read it
-        if not (keep and first.is_file()):
+        if not reused:
             res = cli("inventory", str(spec_path), "-o", str(inv_dir), "--ssh-config", str(staged.ssh_config),
                       "--state-dir", str(cluster_state))
             assert res.returncode == 0, f"gpucluster inventory --ssh-config failed: {res.stderr}"
@@ -266,7 +269,7 @@ def _staged(tmp_path_factory: pytest.TempPathFactory, spec_path: Path, folder: s
         handle = StagedHandle(spec=loaded.spec, plan=plan, loaded=loaded, spec_path=spec_path,
                               inventory=inv_dir / "hosts.yml", state_dir=cluster_state, staged=staged, logs=logs,
                               secrets_file=secrets)
-        if keep and first.is_file():
+        if reused:
             handle.apt_before, handle.first_configure, handle._runs = pickle.loads(first.read_bytes())
             log(f"kept cluster reused from {base}: no first configure")
         else:
@@ -280,6 +283,15 @@ def _staged(tmp_path_factory: pytest.TempPathFactory, spec_path: Path, folder: s
         stage_log.close()
         if not keep:  # a kept cluster stays up for the next session (kept_folder)
             _down(loaded.spec.name, state, (inv_dir, state, cluster_state, base / "stage-inventory", secrets.parent))
+
+
+def _containers_exist(name: str, state: Path, cluster) -> bool:
+    from gpucluster.stage.lifecycle import stage_nodes
+    from gpucluster.stage.podman import StageConfig, container_name
+
+    cfg = StageConfig(cluster=name, state_dir=state)
+    return all(subprocess.run(["podman", "container", "exists", container_name(cfg, node.name)],
+                              capture_output=True, check=False).returncode == 0 for node in stage_nodes(cluster))
 
 
 def _down(name: str, state: Path, folders: tuple[Path, ...]) -> None:
