@@ -20,7 +20,6 @@ LIMIT = 80
 EXCEPTIONS = {
     "commands/fabric.py:register": "table-like: one add_parser/add_argument call after another, one run per fabric "
                                    "subcommand; to be split into a registration per subcommand",
-    "validate/expect.py:build": "not split yet: one expectation table per node group, built in one pass",
     "asbuilt/ibnetdiscover.py:_parse": "not split yet: one line-by-line parser of ibnetdiscover's records",
     "configure/playbook.py:configure": "not split yet: the run's folder, extra vars, runner and live line",
     "validate/viaslurm.py:run_via_slurm": "not split yet: submit, wait and collect the checks' job",

@@ -65,27 +65,21 @@ def _read_secret_hash(path: Path) -> str | None:
         return None
 
 
-def build(inv: Inventory, opts: Options, *, state_dir: str | None = None) -> dict:
-    """The Expectations document, from the compiled cluster (compiled now only when the spec changed
-    since: validate after configure parses nothing) and the inventory. Raises UsageError when the
-    inventory does not name its spec."""
-    from gpucluster.compiled import ensure_compiled
-    from gpucluster.inventory.statedir import state_dirs
-
+def _spec_path(inv: Inventory) -> str:
+    """The spec the inventory names, which must exist: everything expected is computed from it."""
     spec_path = inv.vars.get("gpucluster_spec")
     if not spec_path:
         raise UsageError(f"{inv.path}: the inventory has no gpucluster_spec variable; write it with "
                          "`gpucluster inventory SPEC -o DIR` or `gpucluster stage up SPEC`")
     if not Path(spec_path).is_file():
         raise UsageError(f"{inv.path}: gpucluster_spec points to {spec_path}, which does not exist")
-    state, secrets = state_dirs(inv.vars, state_dir)
-    compiled, _now = ensure_compiled(spec_path, state)
-    facts = json.loads((compiled / "facts.json").read_text())
-    rendered = {p.name: p.read_text() for p in (compiled / "rendered").iterdir()}
-    selected = inv.select(opts.limit)
-    node_groups = facts["node_groups"]
-    fabric_type = facts["fabric"]["type"]
+    return spec_path
 
+
+def _hosts(inv: Inventory, opts: Options, node_groups: dict, fabric_type: str, spec_path: str) -> dict[str, dict]:
+    """Per inventory host: its contract groups, place in the fabric, HCAs, SSH address and, from its node
+    group, the GPUs (with their threshold) and NIC it must have. Raises UsageError for a node group the
+    spec does not have."""
     hosts: dict[str, dict] = {}
     for name, h in inv.hosts.items():
         group_name = h.vars.get("gpucluster_node_group")
@@ -111,31 +105,36 @@ def build(inv: Inventory, opts: Options, *, state_dir: str | None = None) -> dic
         if ng is not None and "nic" in ng:
             entry["nic"] = {k: ng["nic"][k] for k in ("key", "name", "speed_gbps")}
         hosts[name] = entry
+    return hosts
 
-    # Slurm: the files every Slurm host carries, hashed; expected node lines and the topology.
-    slurm = facts["slurm"]
-    slurm_files = {n: rendered[n] for n in slurm["files"]}
+
+def _switches(planned: list[dict]) -> list[dict]:
+    """The topology's switches as `scontrol show topology` lists them: for an upper switch, every node
+    beneath it too."""
     switches = []
-    # `scontrol show topology` lists, for an upper switch, every node beneath it: compute that too.
     below: dict[str, list[str]] = {}
-    for sw in slurm["switches"]:  # leaves first, then each level above its children
+    for sw in planned:  # leaves first, then each level above its children
         own = [n for expr in sw["nodes"] for n in hostlist.expand_hostlist(expr)]
         below[sw["name"]] = sorted(set(own).union(*(below.get(c, []) for c in sw["switches"])))
         switches.append({"name": sw["name"], "level": sw["level"], "nodes": sorted(own),
                          "nodes_below": below[sw["name"]], "switches": sorted(sw["switches"])})
+    return switches
 
-    from gpucluster.validate.roledata import SYSCTL_FILE, nccl_paths, role_expectations
 
-    paths = nccl_paths(inv.vars)
+def _nccl(groups: dict, rendered: dict[str, str], paths: dict[str, str]) -> dict:
+    """Per node group: where its NCCL config and environment files go, and their rendered text and hash."""
     nccl = {}
-    for g, entry in facts["nccl"].items():
+    for g, entry in groups.items():
         conf_name, env_name = entry["conf_name"], entry["env_name"]
         nccl[g] = {"conf": {"path": paths["conf"], "name": conf_name, "sha256": sha256_text(rendered[conf_name]),
                             "text": rendered[conf_name]},
                    "env": {"path": paths["env"], "name": env_name, "sha256": sha256_text(rendered[env_name]),
                            "text": rendered[env_name]}}
+    return nccl
 
-    storage = facts["storage"]
+
+def _storage(storage: dict, inv: Inventory) -> tuple[dict | None, list[dict]]:
+    """The flash file system (None without one), with the hosts that mount it, and the NFS targets."""
     flash = None
     if storage["flash"]:
         f = storage["flash"]
@@ -144,6 +143,57 @@ def build(inv: Inventory, opts: Options, *, state_dir: str | None = None) -> dic
     nfs = [{"name": t["name"], "server": t["server"], "servers": t["servers"],
             "exports": [{k: e[k] for k in ("path", "mount", "options", "unit")} for e in t["exports"]]}
            for t in storage["nfs"]]
+    return flash, nfs
+
+
+def _slurm(slurm: dict, slurm_files: dict[str, str], switches: list[dict], rendered: dict[str, str]) -> dict:
+    """The Slurm part: version, profile, config files with their hashes, node lines, topology, accounting
+    and where slurmctld logs."""
+    return {
+        "version": slurm["version"],
+        "munge_groups": ["slurm_dbd", "slurm_controller", "slurm_compute", "slurm_login"],
+        "conf_dir": SLURM_CONF_DIR,
+        "profile": slurm["profile"],
+        "profile_differences": slurm["profile_differences"],
+        "files": {n: {"sha256": sha256_text(t), "text": t} for n, t in slurm_files.items()},
+        "host_groups": list(SLURM_HOST_GROUPS),
+        "nodes": slurm["nodes"],
+        "switches": switches,
+        "topology": slurm["topology"],
+        "accounting": slurm["accounting"],
+        "dbd_conf": SLURMDBD_CONF,
+        "ctld_log": slurmtext.settings(rendered["slurm.conf"]).get("SlurmctldLogFile",
+                                                                   "/var/log/slurm/slurmctld.log"),
+    }
+
+
+def build(inv: Inventory, opts: Options, *, state_dir: str | None = None) -> dict:
+    """The Expectations document, from the compiled cluster (compiled now only when the spec changed
+    since: validate after configure parses nothing) and the inventory. Raises UsageError when the
+    inventory does not name its spec."""
+    from gpucluster.compiled import ensure_compiled
+    from gpucluster.inventory.statedir import state_dirs
+
+    spec_path = _spec_path(inv)
+    state, secrets = state_dirs(inv.vars, state_dir)
+    compiled, _now = ensure_compiled(spec_path, state)
+    facts = json.loads((compiled / "facts.json").read_text())
+    rendered = {p.name: p.read_text() for p in (compiled / "rendered").iterdir()}
+    selected = inv.select(opts.limit)
+    node_groups = facts["node_groups"]
+    fabric_type = facts["fabric"]["type"]
+    hosts = _hosts(inv, opts, node_groups, fabric_type, spec_path)
+
+    # Slurm: the files every Slurm host carries, hashed; expected node lines and the topology.
+    slurm = facts["slurm"]
+    slurm_files = {n: rendered[n] for n in slurm["files"]}
+    switches = _switches(slurm["switches"])
+
+    from gpucluster.validate.roledata import SYSCTL_FILE, nccl_paths, role_expectations
+
+    paths = nccl_paths(inv.vars)
+    nccl = _nccl(facts["nccl"], rendered, paths)
+    flash, nfs = _storage(facts["storage"], inv)
 
     packages, sysctls, notes = role_expectations(inv.vars)
     roce = facts["fabric"]["roce"]
@@ -159,22 +209,7 @@ def build(inv: Inventory, opts: Options, *, state_dir: str | None = None) -> dic
         "selected": selected,
         "groups": {g: inv.group(g) for g in CONTRACT_GROUPS if inv.group(g)},
         "hosts": hosts,
-        "slurm": {
-            "version": slurm["version"],
-            "munge_groups": ["slurm_dbd", "slurm_controller", "slurm_compute", "slurm_login"],
-            "conf_dir": SLURM_CONF_DIR,
-            "profile": slurm["profile"],
-            "profile_differences": slurm["profile_differences"],
-            "files": {n: {"sha256": sha256_text(t), "text": t} for n, t in slurm_files.items()},
-            "host_groups": list(SLURM_HOST_GROUPS),
-            "nodes": slurm["nodes"],
-            "switches": switches,
-            "topology": slurm["topology"],
-            "accounting": slurm["accounting"],
-            "dbd_conf": SLURMDBD_CONF,
-            "ctld_log": slurmtext.settings(rendered["slurm.conf"]).get("SlurmctldLogFile",
-                                                                       "/var/log/slurm/slurmctld.log"),
-        },
+        "slurm": _slurm(slurm, slurm_files, switches, rendered),
         "services": {g: list(s) for g, s in SERVICES.items()},
         "packages": packages,
         "sysctls": sysctls,
