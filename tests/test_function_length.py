@@ -21,7 +21,6 @@ EXCEPTIONS = {
     "commands/fabric.py:register": "table-like: one add_parser/add_argument call after another, one run per fabric "
                                    "subcommand; to be split into a registration per subcommand",
     "asbuilt/ibnetdiscover.py:_parse": "not split yet: one line-by-line parser of ibnetdiscover's records",
-    "configure/playbook.py:configure": "not split yet: the run's folder, extra vars, runner and live line",
     "validate/viaslurm.py:run_via_slurm": "not split yet: submit, wait and collect the checks' job",
     "asbuilt/discover.py:discover": "not split yet: tiers, hosts and bundles of one discovered graph",
     "fabric/plan.py:plan_cluster": "not split yet: its steps (units, pods, tiers, cores) share locals; to be split "

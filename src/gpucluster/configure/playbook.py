@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucluster.errors import UsageError
-from gpucluster.inventory.reader import inventory_file, limit_terms
+from gpucluster.inventory.reader import Inventory, inventory_file, limit_terms
 from gpucluster.inventory.statedir import state_dirs
 from gpucluster.paths import ansible_dir, private_dir
 from gpucluster.progress import status_line
@@ -422,6 +422,93 @@ def rotated_secrets(rotate: str | None) -> list[str]:
     return names
 
 
+def _extravars(state: Path, secrets_dir: Path, rotating: list[str], batch: int | None) -> dict[str, Any]:
+    """The run's extra vars: the cluster's state and secrets folders, the secrets it may rotate and the Slurm
+    play's batch size. Raises UsageError for a batch under 1 host."""
+    extravars: dict[str, Any] = {"gpucluster_state_dir": str(state), "gpucluster_secrets_dir": str(secrets_dir)}
+    if rotating:
+        extravars["gpucluster_rotate_secrets"] = rotating
+    if batch is not None:
+        if batch < 1:
+            raise UsageError(f"--batch {batch}: give at least 1 host per batch")
+        extravars["gpucluster_batch"] = batch
+    return extravars
+
+
+def _cmdline(secrets: str | os.PathLike | None, pdd: Path, tags: str | None, check: bool,
+             diff: bool) -> tuple[list[str], Path | None]:
+    """ansible-playbook's options for the run, and the private copy of the secrets file they name (None without
+    one): the caller removes it when the run ends."""
+    cmdline = []
+    copy = None
+    if secrets is not None:
+        # checked first (malformed, someone else's, readable by others: refused before anything runs); Ansible
+        # reads a private copy of the checked bytes, never the operator's path
+        copy = private_secrets(secrets, pdd)
+        cmdline += ["--extra-vars", f"@{copy}"]
+    if tags:
+        cmdline += ["--tags", tags]
+    if check:
+        cmdline.append("--check")
+    if diff:
+        cmdline.append("--diff")
+    return cmdline, copy
+
+
+def _runner_kwargs(limit: str | None, pdd: Path, loaded: Inventory, cmdline: list[str]) -> dict[str, Any]:
+    """ansible-runner's limit, forks and command line for the run; a fleet's worth of --limit names goes to
+    Ansible in a file in the run's folder."""
+    kwargs: dict[str, Any] = {}
+    if limit:
+        terms = limit_terms(limit)
+        if len(terms) > 200:  # a fleet's worth of names: Ansible reads them from a file (--limit @FILE)
+            (pdd / "limit").write_text("\n".join(terms) + "\n")
+            kwargs["limit"] = f"@{pdd / 'limit'}"
+        else:
+            kwargs["limit"] = ",".join(terms)
+    kwargs["forks"] = forks_for(len(loaded.select(limit)))
+    if cmdline:
+        kwargs["cmdline"] = " ".join(shlex.quote(a) for a in cmdline)
+    return kwargs
+
+
+def _run_live(runner, progress: Progress, live: bool | None, log: Log, copy: Path | None) -> None:
+    """Run the playbook while a line says what is running where, and remove the secrets copy when it ends,
+    however it ends."""
+    with status_line(every=30.0, live=live, write=log) as show:
+        ticking = threading.Event()
+
+        def tick() -> None:  # the live line: redrawn each second on a terminal, else logged every 30 s at most
+            while not ticking.wait(1.0):
+                show(progress.now())
+
+        ticker = threading.Thread(target=tick, name="configure-progress", daemon=True)
+        ticker.start()
+        try:
+            runner.run()
+        finally:
+            ticking.set()
+            ticker.join()
+            if copy is not None:
+                copy.unlink(missing_ok=True)
+
+
+def _result(runner, progress: Progress, elapsed: float, check: bool) -> ConfigureResult:
+    """The run's outcome from ansible-runner's status and the hosts' events: rc 1 when either says it failed,
+    and a failure that names no host still says where to look."""
+    hosts = progress.stats
+    failed = any(s.failed or s.unreachable for s in hosts.values())
+    rc = 0 if runner.status == "successful" and runner.rc == 0 and not failed else 1
+    failures = dict(progress.failures)
+    if rc and not failures:
+        failures["(ansible)"] = [f"ansible-runner ended {runner.status} (rc {runner.rc}) without a failed host; "
+                                 f"see {runner.config.artifact_dir}/stdout"]
+    return ConfigureResult(rc=rc, status=runner.status, hosts=hosts, failures=failures,
+                           role_times=dict(progress.role_times), elapsed=elapsed,
+                           artifacts=Path(runner.config.artifact_dir), warnings=progress.warnings,
+                           changes=dict(progress.changes), diffs=dict(progress.diffs), check=check)
+
+
 def configure(inventory: str | os.PathLike, *, playbook: str = "site.yml", limit: str | None = None,
               tags: str | None = None, project: str | os.PathLike | None = None,
               secrets: str | os.PathLike | None = None, check: bool = False, diff: bool = False,
@@ -464,75 +551,21 @@ def configure(inventory: str | os.PathLike, *, playbook: str = "site.yml", limit
 
         ensure_compiled(str(spec), state)
     pdd = private_dir(state / "runner", what="Ansible run folder")
-    extravars: dict[str, Any] = {"gpucluster_state_dir": str(state), "gpucluster_secrets_dir": str(secrets_dir)}
-    if rotating:
-        extravars["gpucluster_rotate_secrets"] = rotating
-    if batch is not None:
-        if batch < 1:
-            raise UsageError(f"--batch {batch}: give at least 1 host per batch")
-        extravars["gpucluster_batch"] = batch
-    cmdline = []
-    copy = None
-    if secrets is not None:
-        # checked first (malformed, someone else's, readable by others: refused before anything runs); Ansible
-        # reads a private copy of the checked bytes, never the operator's path
-        copy = private_secrets(secrets, pdd)
-        cmdline += ["--extra-vars", f"@{copy}"]
-    if tags:
-        cmdline += ["--tags", tags]
-    if check:
-        cmdline.append("--check")
-    if diff:
-        cmdline.append("--diff")
+    extravars = _extravars(state, secrets_dir, rotating, batch)
+    cmdline, copy = _cmdline(secrets, pdd, tags, check, diff)
     progress = Progress(log, verbose)
     mode = " (check mode: nothing is changed)" if check else ""
     log(f"configure: {book.relative_to(proj)} on {inv}{mode} (artifacts under {pdd}/artifacts)")
     started = time.monotonic()
-    kwargs: dict[str, Any] = {}
-    if limit:
-        terms = limit_terms(limit)
-        if len(terms) > 200:  # a fleet's worth of names: Ansible reads them from a file (--limit @FILE)
-            (pdd / "limit").write_text("\n".join(terms) + "\n")
-            kwargs["limit"] = f"@{pdd / 'limit'}"
-        else:
-            kwargs["limit"] = ",".join(terms)
-    kwargs["forks"] = forks_for(len(loaded.select(limit)))
-    if cmdline:
-        kwargs["cmdline"] = " ".join(shlex.quote(a) for a in cmdline)
+    kwargs = _runner_kwargs(limit, pdd, loaded, cmdline)
     try:
         runner = _init(init_runner, pdd, proj, book, inv, extravars, progress, verbose, kwargs)
     except BaseException:
         if copy is not None:
             copy.unlink(missing_ok=True)
         raise
-    with status_line(every=30.0, live=live, write=log) as show:
-        ticking = threading.Event()
-
-        def tick() -> None:  # the live line: redrawn each second on a terminal, else logged every 30 s at most
-            while not ticking.wait(1.0):
-                show(progress.now())
-
-        ticker = threading.Thread(target=tick, name="configure-progress", daemon=True)
-        ticker.start()
-        try:
-            runner.run()
-        finally:
-            ticking.set()
-            ticker.join()
-            if copy is not None:
-                copy.unlink(missing_ok=True)
-    elapsed = time.monotonic() - started
-    hosts = progress.stats
-    failed = any(s.failed or s.unreachable for s in hosts.values())
-    rc = 0 if runner.status == "successful" and runner.rc == 0 and not failed else 1
-    failures = dict(progress.failures)
-    if rc and not failures:
-        failures["(ansible)"] = [f"ansible-runner ended {runner.status} (rc {runner.rc}) without a failed host; "
-                                 f"see {runner.config.artifact_dir}/stdout"]
-    return ConfigureResult(rc=rc, status=runner.status, hosts=hosts, failures=failures,
-                           role_times=dict(progress.role_times), elapsed=elapsed,
-                           artifacts=Path(runner.config.artifact_dir), warnings=progress.warnings,
-                           changes=dict(progress.changes), diffs=dict(progress.diffs), check=check)
+    _run_live(runner, progress, live, log, copy)
+    return _result(runner, progress, time.monotonic() - started, check)
 
 
 def summary(result: ConfigureResult) -> str:
