@@ -25,7 +25,6 @@ EXCEPTIONS = {
     "asbuilt/discover.py:discover": "not split yet: tiers, hosts and bundles of one discovered graph",
     "fabric/plan.py:plan_cluster": "not split yet: its steps (units, pods, tiers, cores) share locals; to be split "
                                    "into those named steps",
-    "emulate/adapt.py:adapt_slurm_conf": "not split yet: one pass of emulator overrides over slurm.conf",
     "stage/podman.py:up": "not split yet: image, network, containers, ports in one function",
 }
 

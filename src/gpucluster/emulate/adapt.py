@@ -239,15 +239,28 @@ def adapt_slurm_conf(
     """
     conf = SlurmConf.parse(text)
     notes: list[Adaptation] = []
-    w = layout.workdir
-    emulating = bool(layout.emulated)
+    _controller(conf, layout, notes)
+    _private_paths_and_auth(conf, layout, notes)
+    _absent_services(conf, layout.workdir, notes)
+    if layout.emulated:
+        _emulated_slurmd(conf, layout, notes)
+    ports = _adapt_nodes(conf, layout, notes)
 
-    def setp(key: str, value: str | None, why: str) -> None:
+    for key, value in (overrides or {}).items():
         old = conf.set_param(key, value)
-        if old != value:
-            notes.append(Adaptation("slurm.conf", key, old, value, why))
+        notes.append(Adaptation("slurm.conf", key, old, value, "override"))
+    return conf.render(), notes, ports
 
-    # --- the controller is this machine, on loopback, on free ports
+
+def _set(conf: SlurmConf, notes: list[Adaptation], key: str, value: str | None, why: str) -> None:
+    """Set ``key`` to ``value`` (None removes it), noting why when that changes it."""
+    old = conf.set_param(key, value)
+    if old != value:
+        notes.append(Adaptation("slurm.conf", key, old, value, why))
+
+
+def _controller(conf: SlurmConf, layout: Layout, notes: list[Adaptation]) -> None:
+    """The controller is this machine, on loopback, on free ports."""
     old_ctl = [conf.param(k) for k in _CONTROLLER_KEYS]
     for key in _CONTROLLER_KEYS:
         conf.set_param(key, None)
@@ -262,73 +275,78 @@ def adapt_slurm_conf(
             "the controller is this machine (slurmctld accepts only its own hostname), loopback only",
         )
     )
-    setp("SlurmctldPort", str(layout.ctld_port), "a free loopback port (other clusters may run here)")
-    setp("SlurmdPort", str(layout.slurmd_port), "a free loopback port")
+    _set(conf, notes, "SlurmctldPort", str(layout.ctld_port), "a free loopback port (other clusters may run here)")
+    _set(conf, notes, "SlurmdPort", str(layout.slurmd_port), "a free loopback port")
 
-    # --- private paths, root, private munged
+
+def _private_paths_and_auth(conf: SlurmConf, layout: Layout, notes: list[Adaptation]) -> None:
+    """Files in this run's private directory, the daemons as root, and the run's private munged: the
+    production hosts' paths, users and keys do not exist here. Raises ConfError for an AuthType other than
+    auth/munge."""
+    w = layout.workdir
     for key, rel in _PATHS.items():
-        setp(key, str(w / rel), "private directory of this run")
+        _set(conf, notes, key, str(w / rel), "private directory of this run")
     for key, rel in _ONLY_IF_SET_PATHS.items():
         if conf.param(key) is not None:
-            setp(key, str(w / rel), "private directory of this run")
-    setp("SlurmUser", "root", "runs as root on this machine; the slurm user may not exist")
-    setp("SlurmdUser", "root", "runs as root on this machine")
+            _set(conf, notes, key, str(w / rel), "private directory of this run")
+    _set(conf, notes, "SlurmUser", "root", "runs as root on this machine; the slurm user may not exist")
+    _set(conf, notes, "SlurmdUser", "root", "runs as root on this machine")
     auth = conf.param("AuthType") or "auth/munge"
     if auth != "auth/munge":
         raise ConfError(f"AuthType={auth}: the emulator only runs auth/munge")
     opts = [o for o in (conf.param("AuthInfo") or "").split(",") if o and not o.startswith("socket=")]
-    setp("AuthInfo", ",".join([f"socket={layout.munge_socket}", *opts]), "private munged (fresh key)")
+    _set(conf, notes, "AuthInfo", ",".join([f"socket={layout.munge_socket}", *opts]), "private munged (fresh key)")
     for key in ("AuthAltTypes", "AuthAltParameters"):
         if conf.param(key) is not None:
-            setp(key, None, "alternative auth (jwt) needs a key file from the production hosts")
+            _set(conf, notes, key, None, "alternative auth (jwt) needs a key file from the production hosts")
 
-    # --- services this machine does not run
+
+def _absent_services(conf: SlurmConf, w: PurePosixPath, notes: list[Adaptation]) -> None:
+    """Services this machine does not run: slurmdbd accounting is off, and so is a job completion store
+    other than a text file, which moves to this run's private directory."""
     if (conf.param("AccountingStorageType") or "").endswith("/slurmdbd"):
-        setp("AccountingStorageType", "accounting_storage/none", "no slurmdbd here")
+        _set(conf, notes, "AccountingStorageType", "accounting_storage/none", "no slurmdbd here")
         for key in _DBD_KEYS:
             if conf.param(key) is not None:
-                setp(key, None, "belongs to slurmdbd accounting")
+                _set(conf, notes, key, None, "belongs to slurmdbd accounting")
     jobcomp = conf.param("JobCompType") or "jobcomp/none"
     if jobcomp == "jobcomp/filetxt":
-        setp("JobCompLoc", str(w / "log/jobcomp.txt"), "private directory of this run")
+        _set(conf, notes, "JobCompLoc", str(w / "log/jobcomp.txt"), "private directory of this run")
     elif jobcomp != "jobcomp/none":
-        setp("JobCompType", "jobcomp/none", "job completion store is not available here")
-        setp("JobCompLoc", None, "job completion store is not available here")
+        _set(conf, notes, "JobCompType", "jobcomp/none", "job completion store is not available here")
+        _set(conf, notes, "JobCompLoc", None, "job completion store is not available here")
 
-    # --- emulated slurmd: one host plays many nodes
-    ports: dict[str, int] = {}
-    if emulating:
-        proctrack = conf.param("ProctrackType")
-        if proctrack not in (None, "proctrack/linuxproc", "proctrack/pgid"):
-            setp("ProctrackType", "proctrack/linuxproc", "many slurmd share one cgroup tree here")
-        task = conf.param("TaskPlugin")
-        if task not in (None, "task/none"):
-            setp("TaskPlugin", "task/none", "binding to cores/cgroups the emulated nodes do not have")
-        if (conf.param("JobAcctGatherType") or "") == "jobacct_gather/cgroup":
-            setp("JobAcctGatherType", "jobacct_gather/linux", "cgroup gathering needs proctrack/cgroup")
-        for key, none in _HW_PLUGINS.items():
-            value = conf.param(key)
-            if value is not None and value != none:
-                setp(key, none, "reads hardware the emulated nodes lack")
-        for key in _SCRIPTS:
-            if conf.param(key) is not None:
-                setp(key, None, "script from the production hosts; would run once per emulated node here")
-        if layout.reboot_program is not None:
-            setp("RebootProgram", layout.reboot_program,
-                 "the emulated reboot: this node's slurmd is stopped and started again with -b (a new boot time)")
-        sdp = [p for p in (conf.param("SlurmdParameters") or "").split(",") if p]
-        if "config_overrides" not in sdp:
-            setp(
-                "SlurmdParameters",
-                ",".join([*sdp, "config_overrides"]),
-                "emulated nodes report this machine's CPUs/memory; use the configured ones instead",
-            )
-    ports = _adapt_nodes(conf, layout, notes)
 
-    for key, value in (overrides or {}).items():
-        old = conf.set_param(key, value)
-        notes.append(Adaptation("slurm.conf", key, old, value, "override"))
-    return conf.render(), notes, ports
+def _emulated_slurmd(conf: SlurmConf, layout: Layout, notes: list[Adaptation]) -> None:
+    """One host plays many nodes: no process tracking, binding, hardware plugins or production scripts that
+    need a node of their own, the emulated reboot, and the nodes' configured CPUs and memory."""
+    proctrack = conf.param("ProctrackType")
+    if proctrack not in (None, "proctrack/linuxproc", "proctrack/pgid"):
+        _set(conf, notes, "ProctrackType", "proctrack/linuxproc", "many slurmd share one cgroup tree here")
+    task = conf.param("TaskPlugin")
+    if task not in (None, "task/none"):
+        _set(conf, notes, "TaskPlugin", "task/none", "binding to cores/cgroups the emulated nodes do not have")
+    if (conf.param("JobAcctGatherType") or "") == "jobacct_gather/cgroup":
+        _set(conf, notes, "JobAcctGatherType", "jobacct_gather/linux", "cgroup gathering needs proctrack/cgroup")
+    for key, none in _HW_PLUGINS.items():
+        value = conf.param(key)
+        if value is not None and value != none:
+            _set(conf, notes, key, none, "reads hardware the emulated nodes lack")
+    for key in _SCRIPTS:
+        if conf.param(key) is not None:
+            _set(conf, notes, key, None, "script from the production hosts; would run once per emulated node here")
+    if layout.reboot_program is not None:
+        _set(conf, notes, "RebootProgram", layout.reboot_program,
+             "the emulated reboot: this node's slurmd is stopped and started again with -b (a new boot time)")
+    sdp = [p for p in (conf.param("SlurmdParameters") or "").split(",") if p]
+    if "config_overrides" not in sdp:
+        _set(
+            conf,
+            notes,
+            "SlurmdParameters",
+            ",".join([*sdp, "config_overrides"]),
+            "emulated nodes report this machine's CPUs/memory; use the configured ones instead",
+        )
 
 
 def _adapt_nodes(conf: SlurmConf, layout: Layout, notes: list[Adaptation]) -> dict[str, int]:
