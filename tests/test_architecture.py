@@ -28,7 +28,8 @@ FLOORS = {
     "cluster": 3,
     "render": 4, "inventory": 4,
     "compiled": 5,
-    "stage": 6, "validate": 6, "configure": 6, "deploy": 6, "emulate": 6, "report": 6, "asbuilt": 6, "health": 6,
+    "stage": 6, "validate": 6, "configure": 6, "deploy": 6, "emulate": 6, "report": 6, "fabric.asbuilt": 6,
+    "health": 6,
     "diff": 6, "rollout": 6,
     "demo": 7,
     "cli": 8, "commands": 8,
@@ -53,7 +54,11 @@ def _name(path: Path) -> str:
 
 
 def _package(module: str) -> str:
+    """The FLOORS key of a module: its top-level package, or a sub-package FLOORS names on its own floor
+    (fabric.asbuilt sits in the fabric package, a floor above the planner it checks against)."""
     parts = module.split(".")
+    if len(parts) > 2 and ".".join(parts[1:3]) in FLOORS:
+        return ".".join(parts[1:3])
     return parts[1] if len(parts) > 1 else "gpucluster"
 
 
@@ -110,7 +115,9 @@ def test_every_package_and_top_module_has_a_floor():
     """A package or top-level module added to src/gpucluster without a floor (and a line in the doc) fails here,
     not only when something imports it."""
     tree = {p.parent.name for p in SRC.glob("*/__init__.py")} | {p.stem for p in SRC.glob("*.py")} - {"__init__"}
-    assert tree == set(FLOORS) - {"gpucluster"}
+    assert tree == {name for name in FLOORS if "." not in name} - {"gpucluster"}
+    for name in (name for name in FLOORS if "." in name):
+        assert (SRC / name.replace(".", "/") / "__init__.py").is_file(), f"FLOORS names {name}: no such package"
 
 
 def test_the_cli_modules_are_the_entry_point_and_commands():
@@ -159,7 +166,7 @@ def _calls(path: Path, names: set[str]) -> list[tuple[str, int]]:
 def test_only_the_cluster_floor_reads_a_spec_or_plans(path):
     """One compiled load: load_spec (the YAML parser) and plan_cluster run inside gpucluster.cluster only."""
     if path.is_relative_to(SRC / "cluster") or path.is_relative_to(SRC / "spec") or \
-            path.is_relative_to(SRC / "fabric"):
+            (path.is_relative_to(SRC / "fabric") and not path.is_relative_to(SRC / "fabric" / "asbuilt")):
         return
     assert not _calls(path, {"load_spec", "plan_cluster", "parse_yaml", "validate_data"}), path
 
@@ -261,10 +268,11 @@ COMMAND_ENTRY_POINTS: dict[str, set[str]] = {
     "diff": {"gpucluster.diff", "gpucluster.diff.running", "gpucluster.inventory.reader"},
     "emulate": {"gpucluster.emulate.emulator", "gpucluster.emulate.harness", "gpucluster.emulate.specs"},
     "expand": {"gpucluster.spec.expand"},
-    "fabric": {"gpucluster.asbuilt.discover", "gpucluster.asbuilt.fabrictest", "gpucluster.asbuilt.findings",
-               "gpucluster.asbuilt.ibnetdiscover", "gpucluster.asbuilt.lldp", "gpucluster.asbuilt.names",
-               "gpucluster.asbuilt.nvlink", "gpucluster.asbuilt.planned", "gpucluster.asbuilt.slurmrun",
-               "gpucluster.asbuilt.slurmview", "gpucluster.asbuilt.verify", "gpucluster.cluster",
+    "fabric": {"gpucluster.fabric.asbuilt.discover", "gpucluster.fabric.asbuilt.fabrictest",
+               "gpucluster.fabric.asbuilt.findings", "gpucluster.fabric.asbuilt.ibnetdiscover",
+               "gpucluster.fabric.asbuilt.lldp", "gpucluster.fabric.asbuilt.names", "gpucluster.fabric.asbuilt.nvlink",
+               "gpucluster.fabric.asbuilt.planned", "gpucluster.fabric.asbuilt.slurmrun",
+               "gpucluster.fabric.asbuilt.slurmview", "gpucluster.fabric.asbuilt.verify", "gpucluster.cluster",
                "gpucluster.inventory.reader", "gpucluster.render", "gpucluster.render.ibtopo",
                "gpucluster.render.switch"},
     "health": {"gpucluster.cluster", "gpucluster.configure.playbook", "gpucluster.health.remote",

@@ -19,9 +19,9 @@ KEPT = {
     "model.py": ({"spec/model.py", "cluster/model.py"},
                  "each is the data type its floor hands up: spec.model the spec as typed (floor 1, syntax), "
                  "cluster.model the Cluster derived from it (floor 3); imported by package, never bare"),
-    "nvlink.py": ({"fabric/nvlink.py", "asbuilt/nvlink.py"},
-                  "the same subject in the two parallel fabric packages: NVLink domains as planned (fabric) and "
-                  "as built, compared with the plan (asbuilt), as fabric/cabling is to asbuilt/match"),
+    "nvlink.py": ({"fabric/nvlink.py", "fabric/asbuilt/nvlink.py"},
+                  "the same subject planned and built: NVLink domains as planned (fabric) and as built, compared "
+                  "with the plan (fabric.asbuilt), as fabric/cabling is to fabric/asbuilt/match"),
     "gpucluster_apt.py": ({"plugins/action/gpucluster_apt.py", "plugins/modules/gpucluster_apt.py"},
                           "Ansible's own pairing for an action: the task name resolves to the action plugin, and a "
                           "module of the same name carries its documentation (as ansible.builtin.debug does)"),

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from conftest import compiled, example_data, example_path, skip_or_fail, spec_from_data
 
-from gpucluster.asbuilt import nvlink
 from gpucluster.cli import main
 from gpucluster.cluster import check_meaning, load_cluster
 from gpucluster.fabric import plan_cluster
+from gpucluster.fabric.asbuilt import nvlink
 from gpucluster.render.topology import blocks, named_topologies
 from gpucluster.spec.model import LoadedSpec
 

@@ -317,7 +317,7 @@ def test_validate_paramiko_keeps_the_first_host_key_option():
 def test_an_inventory_nccl_tests_dir_never_becomes_an_srun_option(tmp_path, value):
     """fabric test runs `srun ... <nccl_tests_dir>/build/all_reduce_perf`: a value that is not a plain absolute
     path (a leading '-' would be read as srun's option) is refused naming the variable, exit 2."""
-    from gpucluster.asbuilt.slurmrun import nccl_paths
+    from gpucluster.fabric.asbuilt.slurmrun import nccl_paths
     from gpucluster.inventory.reader import Inventory
 
     inv = Inventory(path=tmp_path / "hosts.yml", hosts={}, groups={}, vars={"nccl_tests_dir": value})

@@ -317,7 +317,7 @@ def test_real_slurm_hands_back_hostile_text_whole(real) -> None:
 def test_a_job_printing_a_case_line_starts_no_case(forged: str) -> None:
     """fabric test's round output: a case's job prints what it likes; only the round script's own lines (the
     round's token, in order) start a case."""
-    from gpucluster.asbuilt import jobs
+    from gpucluster.fabric.asbuilt import jobs
 
     text = f"@@gpucluster-case/t0k3n 0 rc=3\n0: out\n{forged}\n@@gpucluster-case/t0k3n 1 rc=0\n0: fine\n"
     got = jobs.split_round(text, "t0k3n")

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.asbuilt import fabrictest
-from gpucluster.asbuilt.fabrictest import Case
 from gpucluster.cli import main
 from gpucluster.cluster import load_cluster
+from gpucluster.fabric.asbuilt import fabrictest
+from gpucluster.fabric.asbuilt.fabrictest import Case
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["staging", "meta-24k-roce", "gb200-superpod"]

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.asbuilt import fabrictest
-from gpucluster.asbuilt.jobs import JOB_NAME
 from gpucluster.cluster import load_cluster
+from gpucluster.fabric.asbuilt import fabrictest
+from gpucluster.fabric.asbuilt.jobs import JOB_NAME
 
 pytestmark = pytest.mark.staged
 

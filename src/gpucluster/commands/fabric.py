@@ -34,7 +34,7 @@ def _epilog(name: str) -> str:
 
 
 def _print_findings(findings, limit: int) -> None:
-    from gpucluster.asbuilt.findings import by_kind
+    from gpucluster.fabric.asbuilt.findings import by_kind
 
     counts = by_kind(findings)
     shown: dict[str, int] = {}
@@ -47,8 +47,8 @@ def _print_findings(findings, limit: int) -> None:
 
 
 def cmd_discover(args: argparse.Namespace) -> int:
-    from gpucluster.asbuilt.discover import discover
-    from gpucluster.asbuilt.findings import Finding
+    from gpucluster.fabric.asbuilt.discover import discover
+    from gpucluster.fabric.asbuilt.findings import Finding
 
     if args.nvlink:
         return _discover_nvlink(args)
@@ -81,7 +81,7 @@ def cmd_discover(args: argparse.Namespace) -> int:
 
 
 def _discover_nvlink(args: argparse.Namespace) -> int:
-    from gpucluster.asbuilt import nvlink
+    from gpucluster.fabric.asbuilt import nvlink
 
     doc = nvlink.discover(args.nvlink).as_dict()
     if args.json:
@@ -98,7 +98,7 @@ def _discover_nvlink(args: argparse.Namespace) -> int:
 
 
 def _verify_nvlink(args: argparse.Namespace, cluster) -> int:
-    from gpucluster.asbuilt import nvlink
+    from gpucluster.fabric.asbuilt import nvlink
 
     if not cluster.plan.domains:
         raise UsageError(f"{args.spec}: no node group has rack-scale NVLink (a GPU with nvlink_domain), so there "
@@ -123,7 +123,7 @@ def _read_dump(path: str):
     import math
     import os
 
-    from gpucluster.asbuilt import ibnetdiscover
+    from gpucluster.fabric.asbuilt import ibnetdiscover
 
     try:
         size = math.ceil(os.path.getsize(path) / (1 << 20))
@@ -134,7 +134,7 @@ def _read_dump(path: str):
 
 
 def _site(args: argparse.Namespace, cluster):
-    from gpucluster.asbuilt.names import SiteNames, load_hosts, switch_pattern
+    from gpucluster.fabric.asbuilt.names import SiteNames, load_hosts, switch_pattern
 
     site = SiteNames()
     if args.sites:
@@ -145,10 +145,10 @@ def _site(args: argparse.Namespace, cluster):
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from gpucluster.asbuilt.planned import PlanIndex
-    from gpucluster.asbuilt.slurmview import compare_topology
-    from gpucluster.asbuilt.verify import verify
     from gpucluster.cluster import load_cluster
+    from gpucluster.fabric.asbuilt.planned import PlanIndex
+    from gpucluster.fabric.asbuilt.slurmview import compare_topology
+    from gpucluster.fabric.asbuilt.verify import verify
 
     cluster = load_cluster(args.spec)
     if args.nvlink:
@@ -161,7 +161,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                              "InfiniBand: use --lldp for RoCE")
         fab = _read_dump(args.ibnetdiscover)
     else:
-        from gpucluster.asbuilt import lldp
+        from gpucluster.fabric.asbuilt import lldp
 
         src = Path(args.lldp)
         files = len(list(src.glob("*.json"))) if src.is_dir() else None
@@ -259,8 +259,8 @@ def cmd_switch_config(args: argparse.Namespace) -> int:
 
 
 def cmd_test_plan(args: argparse.Namespace) -> int:
-    from gpucluster.asbuilt import fabrictest
     from gpucluster.cluster import load_cluster
+    from gpucluster.fabric.asbuilt import fabrictest
 
     cluster = load_cluster(args.spec)
     tiers = fabrictest.TIERS if args.tier == "all-tiers" else (args.tier,)
@@ -286,8 +286,8 @@ def cmd_test_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_test(args: argparse.Namespace) -> int:
-    from gpucluster.asbuilt import fabrictest, slurmrun
     from gpucluster.cluster import load_cluster
+    from gpucluster.fabric.asbuilt import fabrictest, slurmrun
     from gpucluster.inventory.reader import load_inventory
 
     inv = load_inventory(args.inventory)
@@ -321,7 +321,7 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 
 def _test_doc(run, plan, tiers, efficiency) -> dict:
-    from gpucluster.asbuilt import fabrictest
+    from gpucluster.fabric.asbuilt import fabrictest
 
     summary = fabrictest.summary(plan, run.transport, efficiency)
     v = run.verdict

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import hostlist
 
-from gpucluster.asbuilt.graph import PORT_SPAN, SWITCH, Fabric
-from gpucluster.asbuilt.match import Match
+from gpucluster.fabric.asbuilt.graph import PORT_SPAN, SWITCH, Fabric
+from gpucluster.fabric.asbuilt.match import Match
 from gpucluster.fabric.cabling import leaf_name
 from gpucluster.fabric.plan import Plan
 

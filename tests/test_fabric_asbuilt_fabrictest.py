@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.asbuilt import fabrictest as ft
 from gpucluster.cluster import cluster_of, load_cluster
 from gpucluster.errors import UsageError
+from gpucluster.fabric.asbuilt import fabrictest as ft
 from gpucluster.spec.loader import validate_data
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -261,7 +261,7 @@ def test_fabric_test_exits_1_and_names_the_cases_it_could_not_measure(tmp_path, 
     """The CLI end: `fabric test` on an inventory, its Slurm engine replaced by the model fabric (this
     machine has no cluster), one pair's node down: exit 1 and a line naming the pair and why."""
     from gpucluster import cli
-    from gpucluster.asbuilt import slurmrun
+    from gpucluster.fabric.asbuilt import slurmrun
 
     spec = ROOT / "examples" / "staging.yaml"
     inv = tmp_path / "hosts.yml"

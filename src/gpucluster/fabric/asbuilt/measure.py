@@ -5,8 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpucluster.asbuilt.jobs import ring_links
-from gpucluster.asbuilt.tooloutput import TaskOutput, ToolError, all_reduce_busbw, demux, ib_write_bw_gbps, iperf3_gbps
+from gpucluster.fabric.asbuilt.jobs import ring_links
+from gpucluster.fabric.asbuilt.tooloutput import (
+    TaskOutput,
+    ToolError,
+    all_reduce_busbw,
+    demux,
+    ib_write_bw_gbps,
+    iperf3_gbps,
+)
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field, replace
 import yaml
 
 from gpucluster import slurmtext
-from gpucluster.asbuilt import jobs
-from gpucluster.asbuilt.fabrictest import Case, Outcome, Verdict, cases, run_test, unit_hosts
-from gpucluster.asbuilt.measure import measure
-from gpucluster.asbuilt.tooloutput import ToolError, demux
 from gpucluster.errors import OperationError, UsageError
+from gpucluster.fabric.asbuilt import jobs
+from gpucluster.fabric.asbuilt.fabrictest import Case, Outcome, Verdict, cases, run_test, unit_hosts
+from gpucluster.fabric.asbuilt.measure import measure
+from gpucluster.fabric.asbuilt.tooloutput import ToolError, demux
 from gpucluster.fabric.plan import Plan
 from gpucluster.inventory.reader import Host, Inventory
 from gpucluster.inventory.values import valid_path

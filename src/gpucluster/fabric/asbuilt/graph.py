@@ -11,7 +11,7 @@ from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from gpucluster.asbuilt.findings import Finding
+from gpucluster.fabric.asbuilt.findings import Finding
 
 PORT_SPAN = 1024  # IB port numbers are 8-bit; Ethernet switch ports are numbered 1..radix
 NO_PEER = -1

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from gpucluster.asbuilt.graph import HCA, NO_PEER, PORT_SPAN, SWITCH, Fabric
-from gpucluster.asbuilt.names import DEFAULT_HOSTNAMES, SiteNames, host_and_device
-from gpucluster.asbuilt.planned import PlanIndex
+from gpucluster.fabric.asbuilt.graph import HCA, NO_PEER, PORT_SPAN, SWITCH, Fabric
+from gpucluster.fabric.asbuilt.names import DEFAULT_HOSTNAMES, SiteNames, host_and_device
+from gpucluster.fabric.asbuilt.planned import PlanIndex
 
 
 def switch_candidates(desc: str) -> list[str]:

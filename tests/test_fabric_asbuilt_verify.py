@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.asbuilt import ibnetdiscover
-from gpucluster.asbuilt.names import SiteNames, load_hosts, switch_pattern
-from gpucluster.asbuilt.verify import label, verify
 from gpucluster.cluster import load_cluster
+from gpucluster.fabric.asbuilt import ibnetdiscover
+from gpucluster.fabric.asbuilt.names import SiteNames, load_hosts, switch_pattern
+from gpucluster.fabric.asbuilt.verify import label, verify
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -25,7 +25,7 @@ from fixtures.asbuilt.fabricgen import MODEL_DESC, build  # noqa: E402
                                   "meta-rsc-phase1", "staging"])
 def test_plan_index_names_every_switch_the_cabling_names(name):
     """verify matches switches by the names PlanIndex derives; cabling_rows is the truth for them."""
-    from gpucluster.asbuilt.planned import PlanIndex
+    from gpucluster.fabric.asbuilt.planned import PlanIndex
     from gpucluster.fabric.cabling import cabling_rows
 
     plan = load_cluster(ROOT / "examples" / f"{name}.yaml").plan

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.asbuilt import ibnetdiscover
-from gpucluster.asbuilt.discover import discover
 from gpucluster.cluster import load_cluster
+from gpucluster.fabric.asbuilt import ibnetdiscover
+from gpucluster.fabric.asbuilt.discover import discover
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "asbuilt"

@@ -23,8 +23,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpucluster.asbuilt.findings import Finding
 from gpucluster.errors import UsageError
+from gpucluster.fabric.asbuilt.findings import Finding
 from gpucluster.fabric.plan import Plan
 
 MAX_FILE = 8 << 20  # an nvidia-smi -q of 8 GPUs is ~60 KB; anything far larger is not one

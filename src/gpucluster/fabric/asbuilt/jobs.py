@@ -21,7 +21,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from gpucluster.asbuilt.tooloutput import MARK
+from gpucluster.fabric.asbuilt.tooloutput import MARK
 
 JOB_NAME = "gpucluster-fabric-test"
 CASE_MARK = "@@gpucluster-case"  # the round script's line before each case's output

@@ -12,13 +12,13 @@ import hostlist
 import pytest
 import yaml
 
-from gpucluster.asbuilt import ibnetdiscover, lldp
-from gpucluster.asbuilt.discover import discover
-from gpucluster.asbuilt.planned import PlanIndex
-from gpucluster.asbuilt.slurmview import compare_topology, found_fabric
-from gpucluster.asbuilt.verify import verify
 from gpucluster.cli import main
 from gpucluster.cluster import cluster_of, load_cluster
+from gpucluster.fabric.asbuilt import ibnetdiscover, lldp
+from gpucluster.fabric.asbuilt.discover import discover
+from gpucluster.fabric.asbuilt.planned import PlanIndex
+from gpucluster.fabric.asbuilt.slurmview import compare_topology, found_fabric
+from gpucluster.fabric.asbuilt.verify import verify
 from gpucluster.render.fileset import render_slurm
 from gpucluster.render.topology import topology_files
 from gpucluster.spec.loader import validate_data

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.asbuilt import lldp
-from gpucluster.asbuilt.graph import HCA, PORT_SPAN, SWITCH
-from gpucluster.asbuilt.verify import verify
 from gpucluster.cluster import cluster_of, load_cluster
 from gpucluster.errors import UsageError
+from gpucluster.fabric.asbuilt import lldp
+from gpucluster.fabric.asbuilt.graph import HCA, PORT_SPAN, SWITCH
+from gpucluster.fabric.asbuilt.verify import verify
 from gpucluster.spec.loader import validate_data
 
 ROOT = Path(__file__).resolve().parent.parent

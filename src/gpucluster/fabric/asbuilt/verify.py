@@ -16,8 +16,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gpucluster.asbuilt.findings import Finding, by_kind, ordered
-from gpucluster.asbuilt.graph import (
+from gpucluster.fabric.asbuilt.findings import Finding, by_kind, ordered
+from gpucluster.fabric.asbuilt.graph import (
     AGGREGATION,
     NO_PEER,
     PORT_SPAN,
@@ -26,9 +26,9 @@ from gpucluster.asbuilt.graph import (
     ib_rate_name,
     rate_gbps,
 )
-from gpucluster.asbuilt.match import Match, resolve
-from gpucluster.asbuilt.names import SiteNames, why_unidentified
-from gpucluster.asbuilt.planned import PlanIndex
+from gpucluster.fabric.asbuilt.match import Match, resolve
+from gpucluster.fabric.asbuilt.names import SiteNames, why_unidentified
+from gpucluster.fabric.asbuilt.planned import PlanIndex
 from gpucluster.fabric.cabling import cabling_rows, endpoint_media
 from gpucluster.fabric.plan import Plan
 

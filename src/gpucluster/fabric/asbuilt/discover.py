@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable
 
-from gpucluster.asbuilt.findings import Finding, by_kind, ordered
-from gpucluster.asbuilt.graph import AGGREGATION, HCA, PORT_SPAN, ROUTER, SWITCH, Fabric, rate_gbps
-from gpucluster.asbuilt.names import host_and_device, why_unidentified
+from gpucluster.fabric.asbuilt.findings import Finding, by_kind, ordered
+from gpucluster.fabric.asbuilt.graph import AGGREGATION, HCA, PORT_SPAN, ROUTER, SWITCH, Fabric, rate_gbps
+from gpucluster.fabric.asbuilt.names import host_and_device, why_unidentified
 
 TIER_NAMES = {1: "leaf", 2: "spine", 3: "core"}
 

@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.asbuilt import jobs
-from gpucluster.asbuilt.measure import measure
-from gpucluster.asbuilt.slurmrun import NodeProbe, choose_transport, parse_probe, partition_for, settings_for
-from gpucluster.asbuilt.tooloutput import (
+from gpucluster.cluster import load_cluster
+from gpucluster.errors import OperationError, UsageError
+from gpucluster.fabric.asbuilt import jobs
+from gpucluster.fabric.asbuilt.measure import measure
+from gpucluster.fabric.asbuilt.slurmrun import NodeProbe, choose_transport, parse_probe, partition_for, settings_for
+from gpucluster.fabric.asbuilt.tooloutput import (
     MARK,
     ToolError,
     all_reduce_busbw,
@@ -28,8 +30,6 @@ from gpucluster.asbuilt.tooloutput import (
     ib_write_bw_gbps,
     iperf3_gbps,
 )
-from gpucluster.cluster import load_cluster
-from gpucluster.errors import OperationError, UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / "tests" / "fixtures" / "asbuilt" / "tools"

@@ -29,10 +29,10 @@ import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from gpucluster.asbuilt.findings import Finding
-from gpucluster.asbuilt.graph import HCA, SWITCH, Fabric, rate_gbps
-from gpucluster.asbuilt.names import DEFAULT_HOSTNAMES
 from gpucluster.errors import UsageError
+from gpucluster.fabric.asbuilt.findings import Finding
+from gpucluster.fabric.asbuilt.graph import HCA, SWITCH, Fabric, rate_gbps
+from gpucluster.fabric.asbuilt.names import DEFAULT_HOSTNAMES
 
 _CHASSIS_FIELDS = {"id", "descr", "mgmt-ip", "mgmt-iface", "capability", "name"}
 _LAST_NUMBER = re.compile(r"(\d+)\D*$")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.asbuilt import ibnetdiscover
-from gpucluster.asbuilt.graph import AGGREGATION, HCA, PORT_SPAN, ROUTER, SWITCH, rate_gbps
 from gpucluster.errors import UsageError
+from gpucluster.fabric.asbuilt import ibnetdiscover
+from gpucluster.fabric.asbuilt.graph import AGGREGATION, HCA, PORT_SPAN, ROUTER, SWITCH, rate_gbps
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "asbuilt"
 sys.path.insert(0, str(FIXTURES.parent.parent))

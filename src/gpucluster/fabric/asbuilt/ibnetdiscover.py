@@ -27,10 +27,10 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from gpucluster.asbuilt.findings import Finding
-from gpucluster.asbuilt.graph import AGGREGATION, HCA, NO_PEER, PORT_SPAN, ROUTER, SWITCH, Fabric
-from gpucluster.asbuilt.names import is_aggregation
 from gpucluster.errors import UsageError
+from gpucluster.fabric.asbuilt.findings import Finding
+from gpucluster.fabric.asbuilt.graph import AGGREGATION, HCA, NO_PEER, PORT_SPAN, ROUTER, SWITCH, Fabric
+from gpucluster.fabric.asbuilt.names import is_aggregation
 
 _NODE = re.compile(r'(Switch|Ca|Rt)\s+(\d+)\s+"([SHR?])-([0-9A-Fa-f]+)"\s*(?:#\s*(.*))?$')
 _PORT = re.compile(r'\[(\d+)\](?:\[ext \d+\])?(?:\(([0-9A-Fa-f]+)\))?\s*'
