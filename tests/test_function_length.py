@@ -20,9 +20,9 @@ LIMIT = 80
 EXCEPTIONS = {
     "commands/fabric.py:register": "table-like: one add_parser/add_argument call after another, one run per fabric "
                                    "subcommand; to be split into a registration per subcommand",
-    "asbuilt/ibnetdiscover.py:_parse": "not split yet: one line-by-line parser of ibnetdiscover's records",
+    "fabric/asbuilt/ibnetdiscover.py:_parse": "not split yet: one line-by-line parser of ibnetdiscover's records",
     "validate/viaslurm.py:run_via_slurm": "not split yet: submit, wait and collect the checks' job",
-    "asbuilt/discover.py:discover": "not split yet: tiers, hosts and bundles of one discovered graph",
+    "fabric/asbuilt/discover.py:discover": "not split yet: tiers, hosts and bundles of one discovered graph",
     "fabric/plan.py:plan_cluster": "not split yet: its steps (units, pods, tiers, cores) share locals; to be split "
                                    "into those named steps",
     "stage/podman.py:up": "not split yet: image, network, containers, ports in one function",
