@@ -25,7 +25,6 @@ EXCEPTIONS = {
     "fabric/asbuilt/discover.py:discover": "not split yet: tiers, hosts and bundles of one discovered graph",
     "fabric/plan.py:plan_cluster": "not split yet: its steps (units, pods, tiers, cores) share locals; to be split "
                                    "into those named steps",
-    "stage/podman.py:up": "not split yet: image, network, containers, ports in one function",
 }
 
 

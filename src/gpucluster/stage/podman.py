@@ -534,6 +534,115 @@ def _ssh_config(cfg: StageConfig, ports: dict[str, int], paths: dict[str, Path])
 # ---------------------------------------------------------------- public API
 
 
+def _network(cfg: StageConfig, paths: dict[str, Path], nodes: list[StageNode],
+             log: Log) -> tuple[str, list[StageNode]]:
+    """The cluster's podman network, created when missing, and `nodes` with their fixed addresses on it
+    (_with_addresses: the ones the last up() recorded kept)."""
+    net = network_name(cfg)
+    if run(["podman", "network", "exists", net], check=False).returncode != 0:
+        _podman("network", "create", "--label", f"{LABEL_CLUSTER}={cfg.cluster}",
+                "--label", f"{LABEL_STATE}={state_hash(cfg)}", net)
+        log(f"stage: created podman network {net}")
+    kept: dict[str, str] = {}
+    if paths["addresses.json"].exists():
+        kept = {str(k): str(v) for k, v in json.loads(paths["addresses.json"].read_text()).items()}
+    return net, _with_addresses(nodes, _network_subnet(net), kept)
+
+
+def _remove_unstaged(cfg: StageConfig, nodes: list[StageNode], log: Log) -> dict[str, dict]:
+    """The cluster's containers by node name, as listed; those of nodes no longer staged are removed."""
+    wanted = {n.name: n for n in nodes}
+    existing = {c["Labels"].get(LABEL_NODE, ""): c for c in _containers(cfg)}
+    for name, c in existing.items():
+        if name not in wanted:
+            log(f"stage: removing container {c['Names'][0]}: node {name!r} is no longer staged")
+            _rm(cfg, [c["Id"]])
+    return existing
+
+
+def _reuse_containers(cfg: StageConfig, nodes: list[StageNode], existing: dict[str, dict], image: str,
+                      stored: dict[str, int], log: Log) -> tuple[dict[str, int], set[str], list[StageNode]]:
+    """Keep each node's container while its configuration and image are the same (started when stopped),
+    and remove it otherwise, its port going into `stored` for the next one. Returns the kept nodes' SSH ports,
+    the nodes left running as they were, and the nodes that need a new container."""
+    ports: dict[str, int] = {}
+    unchanged: set[str] = set()
+    to_create: list[StageNode] = []
+    for node in nodes:
+        c = existing.get(node.name)
+        if c is not None and c["Labels"].get(LABEL_SPEC) != _spec_hash(cfg, node, image):
+            log(f"stage: node {node.name}: configuration or image changed, recreating its container")
+            _rm(cfg, [c["Id"]])
+            stored.setdefault(node.name, _ssh_port(c) or 0)
+            c = None
+        if c is None:
+            to_create.append(node)
+            continue
+        port = _ssh_port(c)
+        if port is None:
+            raise StageError(f"node {node.name}: container {c['Names'][0]} publishes no SSH port; "
+                             "run down() and up() again")
+        ports[node.name] = port
+        if c["State"] != "running":
+            _podman("start", c["Id"])
+            log(f"stage: node {node.name}: started existing container (ssh 127.0.0.1:{port})")
+        else:
+            unchanged.add(node.name)
+            log(f"stage: node {node.name}: unchanged (ssh 127.0.0.1:{port})")
+    return ports, unchanged, to_create
+
+
+def _create_containers(cfg: StageConfig, to_create: list[StageNode], image: str, ports: dict[str, int],
+                       stored: dict[str, int], log: Log) -> None:
+    """Create the containers of `to_create`, each on the port it had when it has one, else on a free one, and
+    add their ports to `ports`."""
+    taken = set(ports.values())
+    for node in to_create:
+        port = _create(cfg, node, image, stored.get(node.name) or _free_port(taken), taken, log)
+        taken.add(port)
+        ports[node.name] = port
+        extra = ""
+        if node.gpu_devices:
+            numbers = f"character devices {STAND_IN_MAJOR}:N" if node.cgroups else "/dev/null"
+            extra = f"; {', '.join(node.gpu_devices)} are STAGING STAND-INS ({numbers}), not GPUs"
+        if node.cgroups:
+            extra += "; writable cgroup v1 hierarchies in a private cgroup namespace for Slurm"
+        log(f"stage: node {node.name}: created container {container_name(cfg, node.name)} "
+            f"(ssh 127.0.0.1:{port}{extra})")
+
+
+def _ready(cfg: StageConfig, paths: dict[str, Path], ports: dict[str, int], unchanged: set[str],
+           log: Log) -> dict[str, str]:
+    """Each node's host key once it answers SSH, with the cluster's public key installed for root where our
+    key does not log in already."""
+    # A node left running as it was, whose host key this stage recorded, is ready when our key logs in over
+    # SSH against that key: no podman exec (an exec into a production-profile node was seen to fail for good,
+    # its name=systemd cgroup gone, while the node ran and answered SSH).
+    recorded = _recorded_keys(paths["known_hosts"])
+    proven = {n: recorded[ports[n]] for n in sorted(unchanged)
+              if ports[n] in recorded and _ssh_ok(paths, ports[n])}
+    host_keys = {**proven, **_wait_ready(cfg, {n: p for n, p in ports.items() if n not in proven}, log)}
+    pubkey = paths["id_ed25519.pub"].read_text()
+    for name in ports:
+        if name in proven:  # our key already logged in there
+            continue
+        if _authorize(container_name(cfg, name), pubkey):
+            log(f"stage: node {name}: installed the cluster's public key for root")
+    return host_keys
+
+
+def _write_state_files(cfg: StageConfig, paths: dict[str, Path], ports: dict[str, int], host_keys: dict[str, str],
+                       nodes: list[StageNode]) -> None:
+    """known_hosts, ports.json, addresses.json and ssh_config for the nodes now up, each written only when it
+    changed; the next up() keeps the ports and addresses recorded here."""
+    known = "".join(f"[127.0.0.1]:{ports[n]} {host_keys[n]}\n" for n in sorted(ports))
+    _write_if_changed(paths["known_hosts"], known)
+    _write_if_changed(paths["ports.json"], json.dumps(dict(sorted(ports.items())), indent=2) + "\n")
+    _write_if_changed(paths["addresses.json"], json.dumps({n.name: n.address for n in nodes if n.address},
+                                                         indent=2, sort_keys=True) + "\n")
+    _write_if_changed(paths["ssh_config"], _ssh_config(cfg, ports, paths))
+
+
 def up(cfg: StageConfig, nodes: list[StageNode], log: Log = print) -> StagedCluster:
     """Bring the staged cluster to exactly `nodes`; a repeated call with the same input changes nothing."""
     _validate(cfg, nodes)
@@ -546,83 +655,15 @@ def up(cfg: StageConfig, nodes: list[StageNode], log: Log = print) -> StagedClus
         _ensure_key(paths, cfg, log)
         _ensure_stand_ins(cfg, nodes)
         _ensure_volumes(cfg, nodes, log)
-        net = network_name(cfg)
-        if run(["podman", "network", "exists", net], check=False).returncode != 0:
-            _podman("network", "create", "--label", f"{LABEL_CLUSTER}={cfg.cluster}",
-                    "--label", f"{LABEL_STATE}={state_hash(cfg)}", net)
-            log(f"stage: created podman network {net}")
-        kept: dict[str, str] = {}
-        if paths["addresses.json"].exists():
-            kept = {str(k): str(v) for k, v in json.loads(paths["addresses.json"].read_text()).items()}
-        nodes = _with_addresses(nodes, _network_subnet(net), kept)
-
-        wanted = {n.name: n for n in nodes}
-        existing = {c["Labels"].get(LABEL_NODE, ""): c for c in _containers(cfg)}
-        for name, c in existing.items():
-            if name not in wanted:
-                log(f"stage: removing container {c['Names'][0]}: node {name!r} is no longer staged")
-                _rm(cfg, [c["Id"]])
-
+        net, nodes = _network(cfg, paths, nodes, log)
+        existing = _remove_unstaged(cfg, nodes, log)
         stored: dict[str, int] = {}
         if paths["ports.json"].exists():
             stored = {k: int(v) for k, v in json.loads(paths["ports.json"].read_text()).items()}
-        ports: dict[str, int] = {}
-        unchanged: set[str] = set()
-        to_create: list[StageNode] = []
-        for node in nodes:
-            c = existing.get(node.name)
-            if c is not None and c["Labels"].get(LABEL_SPEC) != _spec_hash(cfg, node, image):
-                log(f"stage: node {node.name}: configuration or image changed, recreating its container")
-                _rm(cfg, [c["Id"]])
-                stored.setdefault(node.name, _ssh_port(c) or 0)
-                c = None
-            if c is None:
-                to_create.append(node)
-                continue
-            port = _ssh_port(c)
-            if port is None:
-                raise StageError(f"node {node.name}: container {c['Names'][0]} publishes no SSH port; "
-                                 "run down() and up() again")
-            ports[node.name] = port
-            if c["State"] != "running":
-                _podman("start", c["Id"])
-                log(f"stage: node {node.name}: started existing container (ssh 127.0.0.1:{port})")
-            else:
-                unchanged.add(node.name)
-                log(f"stage: node {node.name}: unchanged (ssh 127.0.0.1:{port})")
-        taken = set(ports.values())
-        for node in to_create:
-            port = _create(cfg, node, image, stored.get(node.name) or _free_port(taken), taken, log)
-            taken.add(port)
-            ports[node.name] = port
-            extra = ""
-            if node.gpu_devices:
-                numbers = f"character devices {STAND_IN_MAJOR}:N" if node.cgroups else "/dev/null"
-                extra = f"; {', '.join(node.gpu_devices)} are STAGING STAND-INS ({numbers}), not GPUs"
-            if node.cgroups:
-                extra += "; writable cgroup v1 hierarchies in a private cgroup namespace for Slurm"
-            log(f"stage: node {node.name}: created container {container_name(cfg, node.name)} "
-                f"(ssh 127.0.0.1:{port}{extra})")
-
-        # A node left running as it was, whose host key this stage recorded, is ready when our key logs in over
-        # SSH against that key: no podman exec (an exec into a production-profile node was seen to fail for good,
-        # its name=systemd cgroup gone, while the node ran and answered SSH).
-        recorded = _recorded_keys(paths["known_hosts"])
-        proven = {n: recorded[ports[n]] for n in sorted(unchanged)
-                  if ports[n] in recorded and _ssh_ok(paths, ports[n])}
-        host_keys = {**proven, **_wait_ready(cfg, {n: p for n, p in ports.items() if n not in proven}, log)}
-        pubkey = paths["id_ed25519.pub"].read_text()
-        for name in ports:
-            if name in proven:  # our key already logged in there
-                continue
-            if _authorize(container_name(cfg, name), pubkey):
-                log(f"stage: node {name}: installed the cluster's public key for root")
-        known = "".join(f"[127.0.0.1]:{ports[n]} {host_keys[n]}\n" for n in sorted(ports))
-        _write_if_changed(paths["known_hosts"], known)
-        _write_if_changed(paths["ports.json"], json.dumps(dict(sorted(ports.items())), indent=2) + "\n")
-        _write_if_changed(paths["addresses.json"], json.dumps({n.name: n.address for n in nodes if n.address},
-                                                             indent=2, sort_keys=True) + "\n")
-        _write_if_changed(paths["ssh_config"], _ssh_config(cfg, ports, paths))
+        ports, unchanged, to_create = _reuse_containers(cfg, nodes, existing, image, stored, log)
+        _create_containers(cfg, to_create, image, ports, stored, log)
+        host_keys = _ready(cfg, paths, ports, unchanged, log)
+        _write_state_files(cfg, paths, ports, host_keys, nodes)
         log(f"stage: cluster {cfg.cluster}: {len(ports)} node(s) up in {time.monotonic() - started:.1f}s "
             f"(network {net}, ssh config {paths['ssh_config']})")
         return StagedCluster(
