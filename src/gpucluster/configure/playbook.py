@@ -380,6 +380,17 @@ def forks_for(hosts: int, environ: dict[str, str] | None = None) -> int:
     return max(1, min(hosts, FORKS_MAX))
 
 
+def callback_env(proj: Path) -> dict[str, str]:
+    """The callbacks a run enables: gpucluster_prefork (the Jinja plugins loaded once, before Ansible forks a
+    worker per task; plugins/callback/) and no other, since the per-role times come from ansible-runner's events,
+    not ansible.cfg's profile_roles. A project without it (an older checkout a bench runs) keeps its ansible.cfg's.
+    ansible-runner adds its own callback folder after this one."""
+    folder = proj / "plugins" / "callback"
+    if not (folder / "gpucluster_prefork.py").is_file():
+        return {}
+    return {"ANSIBLE_CALLBACK_PLUGINS": str(folder), "ANSIBLE_CALLBACKS_ENABLED": "gpucluster_prefork"}
+
+
 def _init(init_runner, pdd: Path, proj: Path, book: Path, inv: Path, extravars: dict, progress: Progress,
           verbose: bool, kwargs: dict):
     """ansible-runner's Runner for this run, with the minimal environment."""
@@ -394,6 +405,7 @@ def _init(init_runner, pdd: Path, proj: Path, book: Path, inv: Path, extravars: 
             "ANSIBLE_NOCOLOR": "1",
             # ansible-runner turns host key checking off unless told otherwise; gpucluster keeps it on.
             "ANSIBLE_HOST_KEY_CHECKING": "True",
+            **callback_env(proj),
             **strategy_env(),
         },
         event_handler=progress,

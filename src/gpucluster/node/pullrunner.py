@@ -80,6 +80,8 @@ FETCH_DEADLINE = 600.0                     # seconds for a whole bundle fetch, h
 POINTER_DEADLINE = 60.0                    # seconds for the pointer fetch
 APPLIED = "applied.json"                   # under WORK: the last full run's bundle and manifest (0600)
 CALLBACK_DIR = "roles/pull_runner/files/callback_plugins"  # in the bundle: the manifest callback
+PREFORK_DIR = "plugins/callback"           # in the bundle: gpucluster_prefork (Jinja plugins loaded before forks)
+CALLBACKS = "gpucluster_manifest,gpucluster_prefork"
 SYSTEMCTL = "systemctl"
 MANIFEST_VERSION = 1
 POINTER = "current.signed"                 # under PUBLISHED: the operator's signed pointer (JSON envelope)
@@ -424,8 +426,8 @@ def run(args: argparse.Namespace, folder: str | None = None) -> dict:
                # bytecode outside the checked folder, kept between runs (the runner is Ansible itself)
                "PYTHONPYCACHEPREFIX": _private(os.path.join(WORK, "pycache")),
                # what the run manages, listed by the run itself (the bundle's gpucluster_manifest callback)
-               "ANSIBLE_CALLBACK_PLUGINS": os.path.join(folder, CALLBACK_DIR),
-               "ANSIBLE_CALLBACKS_ENABLED": "gpucluster_manifest", "GPUCLUSTER_MANIFEST_OUT": listing}
+               "ANSIBLE_CALLBACK_PLUGINS": f"{os.path.join(folder, CALLBACK_DIR)}:{os.path.join(folder, PREFORK_DIR)}",
+               "ANSIBLE_CALLBACKS_ENABLED": CALLBACKS, "GPUCLUSTER_MANIFEST_OUT": listing}
         argv = [sys.executable, "-m", "ansible.cli.playbook", "-i", os.path.join(folder, "inventory", "hosts.yml"),
                 os.path.join(folder, "playbooks", "site.yml"), "--connection", "local", "--limit", args.host,
                 "-e", f"gpucluster_state_dir={folder}", "-e", f"gpucluster_secrets_dir={secrets}",
