@@ -23,8 +23,6 @@ EXCEPTIONS = {
     "fabric/asbuilt/ibnetdiscover.py:_parse": "not split yet: one line-by-line parser of ibnetdiscover's records",
     "validate/viaslurm.py:run_via_slurm": "not split yet: submit, wait and collect the checks' job",
     "fabric/asbuilt/discover.py:discover": "not split yet: tiers, hosts and bundles of one discovered graph",
-    "fabric/plan.py:plan_cluster": "not split yet: its steps (units, pods, tiers, cores) share locals; to be split "
-                                   "into those named steps",
 }
 
 

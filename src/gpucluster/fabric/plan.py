@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from gpucluster import trace
+from gpucluster.catalog import SwitchModel
 from gpucluster.errors import Finding
 from gpucluster.fabric.nvlink import NvlinkDomain, nvlink_domains
-from gpucluster.spec.model import ClusterSpec, NodeGroup
+from gpucluster.spec.model import ClusterSpec, Fabric, NodeGroup
 
 
 class PlanError(Exception):
@@ -224,212 +225,334 @@ def _divisors(n: int) -> list[int]:
     return small + large[::-1]
 
 
+@dataclass
+class _Draft:
+    """A plan being drawn up: the spec, the rails and link speed it settled, the catalog model of each tier
+    the spec names, and the findings so far. Every step reports through it, so the PlanError of an error
+    carries the warnings found before it."""
+
+    spec: ClusterSpec
+    rails: int
+    speed: int
+    models: dict[str, SwitchModel]
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def fab(self) -> Fabric:
+        return self.spec.fabric
+
+    def fail(self, path: tuple, message: str, fix: str, rule: str) -> PlanError:
+        """The error to raise: this finding after the warnings found so far."""
+        self.findings.append(Finding(path, message, fix, rule))
+        return PlanError(self.findings)
+
+    def warn(self, path: tuple, message: str, fix: str, rule: str) -> None:
+        self.findings.append(Finding(path, message, fix, rule, level="warning"))
+
+    def radix(self, tier: str) -> int:
+        """Ports of the tier's switch at the link speed: 0 when it has none there or the tier has no model."""
+        return self.models[tier].radix(self.speed) if tier in self.models else 0
+
+
+@dataclass(frozen=True)
+class _Leaves:
+    """The leaf tier as designed and what the tiers above build on: a full leaf's ports, the units, and the
+    uplinks each unit's leaves need (a partial unit's leaves carry fewer nodes)."""
+
+    unit_nodes: int
+    per_unit: int  # leaves per unit: one per rail on rail-optimised fabrics
+    down: int  # ports facing down, per full leaf
+    up: int  # ports facing up, per full leaf
+    units: list[Unit]
+    needs: list[int]  # uplinks of each unit's leaves
+    per_group: int  # leaves per unit in each rail group
+
+    def spine_down(self, members: range, spines: int) -> int:
+        """Links down per spine when these units' leaves spread their uplinks evenly over `spines`."""
+        return self.per_group * sum(-(-self.needs[i] // spines) for i in members)
+
+
+@dataclass(frozen=True)
+class _PodSpines:
+    """A full pod's spines with 3 tiers: the units per pod, the pods, and per rail group the spines and
+    each one's links down and up at the spine's oversubscription."""
+
+    units_per_pod: int
+    pods: int
+    per_group: int
+    down: int
+    up: int
+    ratio: float
+
+
+@dataclass(frozen=True)
+class _UpperTiers:
+    """The tiers above the leaves: their switches (the spine's, then the core's with 3 tiers), each pod's
+    spines (one pod holding every unit with 2 tiers) and the counts Plan records of them."""
+
+    plans: list[TierPlan]
+    pod_plans: list[PodPlan]
+    pods: int
+    units_per_pod: int
+    spines_per_group: int
+    cores_per_plane: int = 0
+
+
 def plan_cluster(spec: ClusterSpec) -> Plan:
-    """Plan the fabric and racks of a spec that passed the syntax layer. Raises PlanError."""
+    """Plan the fabric and racks of a spec that passed the syntax layer: the leaves and their units, the
+    tiers above them, each unit's uplinks to its pod's spines, then the racks. Raises PlanError."""
     trace.mark("plan")
-    findings: list[Finding] = []
+    draft = _draft(spec)
+    leaves = _leaves(draft)
+    fab = spec.fabric
+    two_tier_spines = _two_tier_spines(draft, leaves)
+    tiers = fab.tiers
+    if tiers == "auto":
+        tiers = 2 if two_tier_spines else 3
+    leaf = TierPlan("leaf", fab.switches["leaf"], len(leaves.units) * leaves.per_unit, draft.radix("leaf"),
+                    leaves.down, leaves.up, 0)
+    upper = _two_tiers(draft, leaves, two_tier_spines) if tiers == 2 else _three_tiers(draft, leaves)
+    units = _uplinked(leaves, upper)
+    racks = _racks(spec)
+    return Plan(spec, fab.design, int(tiers), draft.speed, draft.rails, fab.rail_groups, leaves.unit_nodes, units,
+                [leaf, *upper.plans], upper.pods, upper.units_per_pod, upper.spines_per_group, upper.cores_per_plane,
+                racks, warnings=draft.findings, pod_plans=upper.pod_plans, domains=nvlink_domains(spec, racks))
+
+
+def _draft(spec: ClusterSpec) -> _Draft:
+    """The rails, link speed and switch models the plan is drawn with. Raises PlanError when no compute group
+    is on the fabric, or the leaf or spine tier has no model with ports at the link speed."""
     fab = spec.fabric
     parts = spec.parts
     groups = spec.fabric_groups
-
-    def fail(path: tuple, message: str, fix: str, rule: str) -> PlanError:
-        findings.append(Finding(path, message, fix, rule))
-        return PlanError(findings)
-
-    rails_set = {g.nics_per_node for g in groups}
     if not groups:
-        raise fail(("node_groups",), "no compute group has NICs on the fabric",
-                   "give the GPU node groups nic and nics_per_node", "fabric-empty")
-    rails = max(rails_set)
+        raise PlanError([Finding(("node_groups",), "no compute group has NICs on the fabric",
+                                 "give the GPU node groups nic and nics_per_node", "fabric-empty")])
     speeds = {parts.nics[g.nic].speed_gbps for g in groups if g.nic in parts.nics}
     speed = fab.link_speed_gbps or (max(speeds) if speeds else 0)
-    tier_models = {}
+    models = {}
     for tier in ("leaf", "spine", "core"):
         model = fab.switches.get(tier)
         if model and model in parts.switches:
-            tier_models[tier] = parts.switches[model]
-
-    def radix(tier: str) -> int:
-        return tier_models[tier].radix(speed) if tier in tier_models else 0
-
+            models[tier] = parts.switches[model]
+    draft = _Draft(spec, max(g.nics_per_node for g in groups), speed, models)
     for tier in ("leaf", "spine"):
         if tier not in fab.switches:
-            raise fail(("fabric", "switches"), f"no switch model for the {tier} tier",
-                       f"add switches.{tier}", "fabric-switch")
-        if radix(tier) == 0:
-            ports = tier_models[tier].ports if tier in tier_models else {}
-            raise fail(("fabric", "switches", tier),
-                       f"'{fab.switches[tier]}' has no ports at {speed} Gb/s (it has {ports})",
-                       "pick a switch with ports at the link speed or set fabric.link_speed_gbps",
-                       "switch-speed")
+            raise draft.fail(("fabric", "switches"), f"no switch model for the {tier} tier",
+                             f"add switches.{tier}", "fabric-switch")
+        if draft.radix(tier) == 0:
+            ports = models[tier].ports if tier in models else {}
+            raise draft.fail(("fabric", "switches", tier),
+                             f"'{fab.switches[tier]}' has no ports at {speed} Gb/s (it has {ports})",
+                             "pick a switch with ports at the link speed or set fabric.link_speed_gbps",
+                             "switch-speed")
+    return draft
 
-    k1 = radix("leaf")
+
+def _leaf_ports(d: _Draft) -> tuple[int, int, int, int]:
+    """Nodes per unit, leaves per unit, and a full leaf's ports down and up at the leaf's oversubscription.
+    Raises PlanError when the design lacks its unit size or a leaf cannot take a unit."""
+    fab, rails = d.fab, d.rails
+    k1 = d.radix("leaf")
     r1 = fab.ratio("leaf")
-    # ---- units and leaves
     if fab.design == "rail-optimized":
         unit_nodes = fab.scalable_unit_nodes
         if unit_nodes is None:
-            raise fail(("fabric", "scalable_unit_nodes"), "a rail-optimized design needs the unit size",
-                       "set fabric.scalable_unit_nodes (nodes per scalable unit, e.g. 32)", "required")
+            raise d.fail(("fabric", "scalable_unit_nodes"), "a rail-optimized design needs the unit size",
+                         "set fabric.scalable_unit_nodes (nodes per scalable unit, e.g. 32)", "required")
         if rails % fab.rail_groups:
-            raise fail(("fabric", "rail_groups"), f"{rails} rails do not split into {fab.rail_groups} groups",
-                       f"use a divisor of {rails}", "rail-groups")
+            raise d.fail(("fabric", "rail_groups"), f"{rails} rails do not split into {fab.rail_groups} groups",
+                         f"use a divisor of {rails}", "rail-groups")
         d1 = unit_nodes
         leaves_per_unit = rails
     else:
         if fab.rail_groups != 1:
-            raise fail(("fabric", "rail_groups"), "rail groups exist only on rail-optimized fabrics",
-                       "remove rail_groups or set design: rail-optimized", "rail-groups")
+            raise d.fail(("fabric", "rail_groups"), "rail groups exist only on rail-optimized fabrics",
+                         "remove rail_groups or set design: rail-optimized", "rail-groups")
         unit_nodes = fab.nodes_per_leaf or _max_down(k1, r1) // rails
         if unit_nodes < 1:
-            raise fail(("fabric", "switches", "leaf"),
-                       f"a {k1}-port leaf at {fab.oversubscription.get('leaf', '1:1')} cannot take "
-                       f"one node's {rails} NICs", "pick a larger leaf switch", "radix")
+            raise d.fail(("fabric", "switches", "leaf"),
+                         f"a {k1}-port leaf at {fab.oversubscription.get('leaf', '1:1')} cannot take "
+                         f"one node's {rails} NICs", "pick a larger leaf switch", "radix")
         d1 = unit_nodes * rails
         leaves_per_unit = 1
     u1 = _up(d1, r1)
     if d1 + u1 > k1:
         what = "scalable_unit_nodes" if fab.design == "rail-optimized" else "nodes_per_leaf"
-        raise fail(("fabric", what),
-                   f"a leaf needs {d1} down + {u1} up ports at {fab.oversubscription.get('leaf', '1:1')} "
-                   f"but '{fab.switches['leaf']}' has {k1} at {speed} Gb/s",
-                   f"lower {what} to at most {_max_down(k1, r1) // (1 if leaves_per_unit > 1 else rails)}",
-                   "radix")
+        raise d.fail(("fabric", what),
+                     f"a leaf needs {d1} down + {u1} up ports at {fab.oversubscription.get('leaf', '1:1')} "
+                     f"but '{fab.switches['leaf']}' has {k1} at {d.speed} Gb/s",
+                     f"lower {what} to at most {_max_down(k1, r1) // (1 if leaves_per_unit > 1 else rails)}",
+                     "radix")
     if abs(d1 / u1 - r1) > 1e-9 and "leaf" in fab.oversubscription:
-        findings.append(Finding(("fabric", "oversubscription", "leaf"),
-                                f"{d1} downlinks cannot split exactly {fab.oversubscription['leaf']}; "
-                                f"the plan uses {u1} uplinks ({d1 / u1:.2f}:1)",
-                                "adjust the unit size to a multiple of the ratio", "ratio-rounded",
-                                level="warning"))
+        d.warn(("fabric", "oversubscription", "leaf"),
+               f"{d1} downlinks cannot split exactly {fab.oversubscription['leaf']}; "
+               f"the plan uses {u1} uplinks ({d1 / u1:.2f}:1)",
+               "adjust the unit size to a multiple of the ratio", "ratio-rounded")
+    return unit_nodes, leaves_per_unit, d1, u1
 
+
+def _leaves(d: _Draft) -> _Leaves:
+    """The leaf tier: its ports, then a unit per `unit_nodes` nodes of each group on the fabric (a group's
+    last unit may be partial), each unit with leaves of its own."""
+    fab = d.fab
+    unit_nodes, leaves_per_unit, down, up = _leaf_ports(d)
     units: list[Unit] = []
     leaf_index = 0
-    for g in groups:
+    for g in d.spec.fabric_groups:
         for first in range(0, g.count, unit_nodes):
             n = len(units) + 1
             name = f"su{n:04d}" if fab.design == "rail-optimized" else f"leaf{n:05d}"
             units.append(Unit(len(units), name, g.name, first, min(unit_nodes, g.count - first),
                               tuple(range(leaf_index, leaf_index + leaves_per_unit))))
             leaf_index += leaves_per_unit
-    n_units = len(units)
-    groups_n = fab.rail_groups
-    leaves_per_unit_per_group = leaves_per_unit // groups_n
-    leaves_per_group = n_units * leaves_per_unit_per_group
-    k2 = radix("spine")
-    # Uplinks a leaf of each unit needs: a partial unit's leaves carry fewer nodes.
-    per_leaf = 1 if fab.design == "rail-optimized" else rails
+    per_leaf = 1 if fab.design == "rail-optimized" else d.rails
+    r1 = fab.ratio("leaf")
     needs = [_up(u.count * per_leaf, r1) for u in units]
+    return _Leaves(unit_nodes, leaves_per_unit, down, up, units, needs, leaves_per_unit // fab.rail_groups)
 
-    def spine_down(members: range, spines: int) -> int:
-        """Links down per spine when these units' leaves spread their uplinks evenly over `spines`."""
-        return leaves_per_unit_per_group * sum(-(-needs[i] // spines) for i in members)
 
-    # ---- two tiers: every leaf of a rail group reaches every spine of that group
-    everyone = range(n_units)
-    two_tier_spines = next((s for s in _divisors(u1) if spine_down(everyone, s) <= k2), None)
-    tiers = fab.tiers
-    if tiers == "auto":
-        tiers = 2 if two_tier_spines else 3
-    tier_plans = [TierPlan("leaf", fab.switches["leaf"], n_units * leaves_per_unit, k1, d1, u1, 0)]
-    pods, units_per_pod, spines_per_group, cores_per_plane = 1, n_units, 0, 0
-    if tiers == 2:
-        if two_tier_spines is None:
-            raise fail(("fabric", "tiers"),
-                       f"{leaves_per_group} leaves per spine group exceed the {k2}-port spine "
-                       f"('{fab.switches['spine']}'): radix exceeded for 2 tiers",
-                       "set tiers: 3 (or auto), use a larger spine, or fewer nodes", "radix")
-        if "core" in fab.switches:
-            findings.append(Finding(("fabric", "switches", "core"), "a 2-tier plan has no core tier",
-                                    "remove switches.core or set tiers: 3", "unused-tier", level="warning"))
-        if "spine" in fab.oversubscription and fab.ratio("spine") != 1:
-            raise fail(("fabric", "oversubscription", "spine"),
-                       "the spine is the top tier in a 2-tier plan and has no uplinks to oversubscribe",
-                       "remove it, or set tiers: 3 for an oversubscribed aggregation layer", "ratio-tier")
-        spines_per_group = two_tier_spines
-        d2 = spine_down(everyone, spines_per_group)
-        pod_plans = [PodPlan(0, 0, n_units, leaves_per_group, spines_per_group, d2)]
-        tier_plans.append(TierPlan("spine", fab.switches["spine"], groups_n * spines_per_group, k2,
-                                   d2, 0, u1 // spines_per_group))
-    else:
-        if "core" not in tier_models:
-            raise fail(("fabric", "switches"), "3 tiers need a core switch model",
-                       "add switches.core (a core switch with ports at the link speed)", "fabric-switch")
-        k3 = radix("core")
-        if k3 == 0:
-            raise fail(("fabric", "switches", "core"), f"'{fab.switches['core']}' has no {speed} Gb/s ports",
-                       "pick a core switch with ports at the link speed", "switch-speed")
-        r2 = fab.ratio("spine")
-        if fab.nodes_per_pod:
-            if fab.nodes_per_pod % unit_nodes:
-                raise fail(("fabric", "nodes_per_pod"),
-                           f"{fab.nodes_per_pod} nodes per pod is not a whole number of {unit_nodes}-node units",
-                           f"use a multiple of {unit_nodes}", "pod-size")
-            units_per_pod = fab.nodes_per_pod // unit_nodes
-        else:
-            most = _max_down(k2, r2) // leaves_per_unit_per_group
-            if most < 1:
-                raise fail(("fabric", "switches", "spine"), "a spine cannot take one unit's leaves",
-                           "use a larger spine switch", "radix")
-            pods_needed = math.ceil(n_units / most)
-            units_per_pod = math.ceil(n_units / pods_needed)
-        pods = math.ceil(n_units / units_per_pod)
-        leaves_per_pod_group = units_per_pod * leaves_per_unit_per_group
-        choice = None
-        for s2 in _divisors(u1):
-            d2 = leaves_per_pod_group * (u1 // s2)
-            u2 = _up(d2, r2)
-            if d2 + u2 <= k2:
-                choice = (s2, d2, u2)
-                break
-        if choice is None:
-            raise fail(("fabric", "nodes_per_pod" if fab.nodes_per_pod else "switches"),
-                       f"a pod of {units_per_pod} units needs {leaves_per_pod_group} leaf links per spine, "
-                       f"more than the {k2}-port spine takes at {fab.oversubscription.get('spine', '1:1')}",
-                       "use smaller pods or a larger spine", "radix")
-        spines_per_group, d2, u2 = choice
-        if "spine" in fab.oversubscription and abs(d2 / u2 - r2) > 1e-9:
-            findings.append(Finding(("fabric", "oversubscription", "spine"),
-                                    f"{d2} spine downlinks cannot split exactly {fab.oversubscription['spine']}; "
-                                    f"the plan uses {u2} uplinks ({d2 / u2:.2f}:1)",
-                                    "adjust nodes_per_pod", "ratio-rounded", level="warning"))
+def _two_tier_spines(d: _Draft, leaves: _Leaves) -> int | None:
+    """Spines per rail group with 2 tiers: the fewest that take every leaf of the group in one switch's ports,
+    a divisor of a full leaf's uplinks so that each leaf spreads them evenly; None when no count fits."""
+    everyone = range(len(leaves.units))
+    k2 = d.radix("spine")
+    return next((s for s in _divisors(leaves.up) if leaves.spine_down(everyone, s) <= k2), None)
 
-        def pod_shape(p: int, cores: int) -> PodPlan:
-            """The fewest spines that take this pod's leaves at the designed ports, each spreading its
-            uplinks evenly over whole core planes (a full pod gets the designed shape)."""
-            members = range(p * units_per_pod, min(n_units, (p + 1) * units_per_pod))
-            for s in _divisors(spines_per_group):
-                planes = spines_per_group // s
-                down = spine_down(members, s)
-                per_core = -(-_up(down, r2) // (planes * cores))
-                if down <= d2 and planes * cores * per_core <= u2:
-                    return PodPlan(p, members.start, len(members), len(members) * leaves_per_unit_per_group,
-                                   s, down, planes * cores * per_core, planes, per_core)
-            raise AssertionError("the designed spine count always fits")  # s == spines_per_group does
 
-        pod_plans = []
-        for c in _divisors(u2):
-            shapes = [pod_shape(p, c) for p in range(pods)]
-            if sum(s.links_per_core for s in shapes) <= k3:
-                cores_per_plane, pod_plans = c, shapes
-                break
-        if not cores_per_plane:
-            raise fail(("fabric", "switches", "core"),
-                       f"{pods} pods exceed the {k3}-port core ('{fab.switches['core']}'): radix exceeded "
-                       "for 3 tiers", "use larger pods, a larger core switch, or fewer nodes", "radix")
-        planes = groups_n * spines_per_group
-        tier_plans.append(TierPlan("spine", fab.switches["spine"], groups_n * sum(s.spines for s in pod_plans),
-                                   k2, d2, u2, u1 // spines_per_group))
-        tier_plans.append(TierPlan("core", fab.switches["core"], planes * cores_per_plane, k3,
-                                   sum(s.links_per_core for s in pod_plans), 0, u2 // cores_per_plane))
-    # Each leaf reaches every spine of its pod with the same number of links: a partial unit's need, rounded up.
-    shaped = []
-    for u in units:
-        pod = u.index // units_per_pod
-        spines = pod_plans[pod].spines
-        shaped.append(Unit(u.index, u.name, u.group, u.first, u.count, u.leaves, pod,
-                           spines * -(-needs[u.index] // spines)))
-    units = shaped
+def _two_tiers(d: _Draft, leaves: _Leaves, spines: int | None) -> _UpperTiers:
+    """Every leaf of a rail group reaches every spine of that group. Raises PlanError when no spine count
+    fits, or the spine, the top tier here, is given an oversubscription."""
+    fab = d.fab
+    n_units = len(leaves.units)
+    k2 = d.radix("spine")
+    if spines is None:
+        raise d.fail(("fabric", "tiers"),
+                     f"{n_units * leaves.per_group} leaves per spine group exceed the {k2}-port spine "
+                     f"('{fab.switches['spine']}'): radix exceeded for 2 tiers",
+                     "set tiers: 3 (or auto), use a larger spine, or fewer nodes", "radix")
+    if "core" in fab.switches:
+        d.warn(("fabric", "switches", "core"), "a 2-tier plan has no core tier",
+               "remove switches.core or set tiers: 3", "unused-tier")
+    if "spine" in fab.oversubscription and fab.ratio("spine") != 1:
+        raise d.fail(("fabric", "oversubscription", "spine"),
+                     "the spine is the top tier in a 2-tier plan and has no uplinks to oversubscribe",
+                     "remove it, or set tiers: 3 for an oversubscribed aggregation layer", "ratio-tier")
+    down = leaves.spine_down(range(n_units), spines)
+    pod = PodPlan(0, 0, n_units, n_units * leaves.per_group, spines, down)
+    spine = TierPlan("spine", fab.switches["spine"], fab.rail_groups * spines, k2, down, 0, leaves.up // spines)
+    return _UpperTiers([spine], [pod], 1, n_units, spines)
 
+
+def _three_tiers(d: _Draft, leaves: _Leaves) -> _UpperTiers:
+    """Pods of units, each pod with spines of its own, and core planes over the pods' spines. Raises
+    PlanError when the core tier has no usable switch, or a pod or the pods do not fit the spine or core."""
+    fab = d.fab
+    if "core" not in d.models:
+        raise d.fail(("fabric", "switches"), "3 tiers need a core switch model",
+                     "add switches.core (a core switch with ports at the link speed)", "fabric-switch")
+    k3 = d.radix("core")
+    if k3 == 0:
+        raise d.fail(("fabric", "switches", "core"), f"'{fab.switches['core']}' has no {d.speed} Gb/s ports",
+                     "pick a core switch with ports at the link speed", "switch-speed")
+    spines = _pod_spines(d, leaves)
+    cores_per_plane, pod_plans = _core_planes(d, leaves, spines, k3)
+    planes = fab.rail_groups * spines.per_group
+    return _UpperTiers(
+        [TierPlan("spine", fab.switches["spine"], fab.rail_groups * sum(s.spines for s in pod_plans),
+                  d.radix("spine"), spines.down, spines.up, leaves.up // spines.per_group),
+         TierPlan("core", fab.switches["core"], planes * cores_per_plane, k3,
+                  sum(s.links_per_core for s in pod_plans), 0, spines.up // cores_per_plane)],
+        pod_plans, spines.pods, spines.units_per_pod, spines.per_group, cores_per_plane)
+
+
+def _units_per_pod(d: _Draft, leaves: _Leaves) -> int:
+    """Units per pod: nodes_per_pod's, else as few pods as the spine's ports allow, filled evenly. Raises
+    PlanError when nodes_per_pod is not whole units or a spine cannot take one unit's leaves."""
+    fab = d.fab
+    if fab.nodes_per_pod:
+        if fab.nodes_per_pod % leaves.unit_nodes:
+            raise d.fail(("fabric", "nodes_per_pod"),
+                         f"{fab.nodes_per_pod} nodes per pod is not a whole number of {leaves.unit_nodes}-node "
+                         f"units", f"use a multiple of {leaves.unit_nodes}", "pod-size")
+        return fab.nodes_per_pod // leaves.unit_nodes
+    most = _max_down(d.radix("spine"), fab.ratio("spine")) // leaves.per_group
+    if most < 1:
+        raise d.fail(("fabric", "switches", "spine"), "a spine cannot take one unit's leaves",
+                     "use a larger spine switch", "radix")
+    pods_needed = math.ceil(len(leaves.units) / most)
+    return math.ceil(len(leaves.units) / pods_needed)
+
+
+def _pod_spines(d: _Draft, leaves: _Leaves) -> _PodSpines:
+    """A full pod's spines: the fewest per rail group whose ports take the pod's leaf links and the uplinks
+    they need at the spine's oversubscription. Raises PlanError when no count fits."""
+    fab = d.fab
+    k2 = d.radix("spine")
+    r2 = fab.ratio("spine")
+    units_per_pod = _units_per_pod(d, leaves)
+    pods = math.ceil(len(leaves.units) / units_per_pod)
+    leaves_per_pod_group = units_per_pod * leaves.per_group
+    choice = None
+    for s2 in _divisors(leaves.up):
+        d2 = leaves_per_pod_group * (leaves.up // s2)
+        u2 = _up(d2, r2)
+        if d2 + u2 <= k2:
+            choice = (s2, d2, u2)
+            break
+    if choice is None:
+        raise d.fail(("fabric", "nodes_per_pod" if fab.nodes_per_pod else "switches"),
+                     f"a pod of {units_per_pod} units needs {leaves_per_pod_group} leaf links per spine, "
+                     f"more than the {k2}-port spine takes at {fab.oversubscription.get('spine', '1:1')}",
+                     "use smaller pods or a larger spine", "radix")
+    spines_per_group, d2, u2 = choice
+    if "spine" in fab.oversubscription and abs(d2 / u2 - r2) > 1e-9:
+        d.warn(("fabric", "oversubscription", "spine"),
+               f"{d2} spine downlinks cannot split exactly {fab.oversubscription['spine']}; "
+               f"the plan uses {u2} uplinks ({d2 / u2:.2f}:1)", "adjust nodes_per_pod", "ratio-rounded")
+    return _PodSpines(units_per_pod, pods, spines_per_group, d2, u2, r2)
+
+
+def _pod_shape(leaves: _Leaves, spines: _PodSpines, p: int, cores: int) -> PodPlan:
+    """The fewest spines that take pod p's leaves at the designed ports, each spreading its uplinks evenly
+    over whole core planes of `cores` cores (a full pod gets the designed shape)."""
+    members = range(p * spines.units_per_pod, min(len(leaves.units), (p + 1) * spines.units_per_pod))
+    for s in _divisors(spines.per_group):
+        planes = spines.per_group // s
+        down = leaves.spine_down(members, s)
+        per_core = -(-_up(down, spines.ratio) // (planes * cores))
+        if down <= spines.down and planes * cores * per_core <= spines.up:
+            return PodPlan(p, members.start, len(members), len(members) * leaves.per_group,
+                           s, down, planes * cores * per_core, planes, per_core)
+    raise AssertionError("the designed spine count always fits")  # s == spines.per_group does
+
+
+def _core_planes(d: _Draft, leaves: _Leaves, spines: _PodSpines, k3: int) -> tuple[int, list[PodPlan]]:
+    """Cores per plane: the fewest whose ports take the links of every pod's spines, with each pod's shape at
+    that count. Raises PlanError when no count fits the core."""
+    for c in _divisors(spines.up):
+        shapes = [_pod_shape(leaves, spines, p, c) for p in range(spines.pods)]
+        if sum(s.links_per_core for s in shapes) <= k3:
+            return c, shapes
+    raise d.fail(("fabric", "switches", "core"),
+                 f"{spines.pods} pods exceed the {k3}-port core ('{d.fab.switches['core']}'): radix exceeded "
+                 "for 3 tiers", "use larger pods, a larger core switch, or fewer nodes", "radix")
+
+
+def _uplinked(leaves: _Leaves, upper: _UpperTiers) -> list[Unit]:
+    """The units with their pod and the uplinks of each of their leaves: a leaf reaches every spine of its
+    pod with the same number of links, so a partial unit's need is rounded up to a multiple of the spines."""
+    units = []
+    for u in leaves.units:
+        pod = u.index // upper.units_per_pod
+        spines = upper.pod_plans[pod].spines
+        units.append(Unit(u.index, u.name, u.group, u.first, u.count, u.leaves, pod,
+                          spines * -(-leaves.needs[u.index] // spines)))
+    return units
+
+
+def _racks(spec: ClusterSpec) -> dict[str, list[tuple[int, int]]]:
+    """Group -> its racks as (rack number, first node), numbered from 1 across the groups in spec order."""
     racks: dict[str, list[tuple[int, int]]] = {}
     rack = 1
     for g in spec.node_groups:
@@ -437,6 +560,4 @@ def plan_cluster(spec: ClusterSpec) -> Plan:
         for first in range(0, g.count, g.nodes_per_rack):
             racks[g.name].append((rack, first))
             rack += 1
-    return Plan(spec, fab.design, int(tiers), speed, rails, groups_n, unit_nodes, units, tier_plans, pods,
-                units_per_pod, spines_per_group, cores_per_plane, racks, warnings=findings, pod_plans=pod_plans,
-                domains=nvlink_domains(spec, racks))
+    return racks
