@@ -89,6 +89,10 @@ class SwitchModel(_Part):
 NVL72_LINKS_SOURCE = ("NVIDIA NVLink & NVLink Switch page (fifth-generation NVLink: up to 18 links of 100 GB/s per "
                       "Blackwell GPU, 1.8 TB/s); NVIDIA Health Validation, NVLink checks, nvlink_bandwidth_count_speed "
                       "(expected_link_count 18, expected_speed_mbytes_per_sec 53125 for GB200 and GB300)")
+# The NVL72 rack GB200 and GB300 both ship in: 18 compute trays of 4 GPUs and 9 NVLink switch trays of 2 chips,
+# one NVLink domain of 72 GPUs.
+NVL72_RACK = NvlinkRack(compute_trays=18, gpus_per_tray=4, switch_trays=9, switch_chips_per_tray=2, links_per_gpu=18,
+                        link_mbytes_per_s=53125, links_source=NVL72_LINKS_SOURCE)
 
 
 GPUS: dict[str, GpuModel] = {
@@ -120,18 +124,14 @@ GPUS: dict[str, GpuModel] = {
     "gb200": GpuModel(vendor="nvidia", name="NVIDIA GB200", memory_gb=186, slurm_type="gb200",
                       host_arch="arm64",
                       allowed_per_node=(4,),
-                      nvlink_domain=NvlinkRack(compute_trays=18, gpus_per_tray=4, switch_trays=9,
-                                               switch_chips_per_tray=2, links_per_gpu=18, link_mbytes_per_s=53125,
-                                               links_source=NVL72_LINKS_SOURCE)),
+                      nvlink_domain=NVL72_RACK),
     # NVIDIA Enterprise RA "NVL72 AI factory" (GB300 components): 18 trays of 4 Blackwell Ultra GPUs and 2 Grace
     # CPUs, 9 NVSwitch trays, 4 ConnectX-8 per tray. Memory: 20 TB HBM3e per rack (NVIDIA GB300 NVL72 page),
     # 279 GB per GPU as nvidia-smi reports it (Verda's GB300 NVL72 write-up); links per GPU as GB200 (NVLink 5).
     "gb300": GpuModel(vendor="nvidia", name="NVIDIA GB300", memory_gb=279, slurm_type="gb300",
                       host_arch="arm64",
                       allowed_per_node=(4,),
-                      nvlink_domain=NvlinkRack(compute_trays=18, gpus_per_tray=4, switch_trays=9,
-                                               switch_chips_per_tray=2, links_per_gpu=18, link_mbytes_per_s=53125,
-                                               links_source=NVL72_LINKS_SOURCE)),
+                      nvlink_domain=NVL72_RACK),
     # AMD Instinct MI325X product page: 256 GB HBM3E; the MI325X platform is 8 OAM modules on one UBB.
     "mi325x": GpuModel(vendor="amd", name="AMD Instinct MI325X 256GB", memory_gb=256, slurm_type="mi325x",
                        allowed_per_node=(8,)),
