@@ -222,26 +222,27 @@ def _bound(x: object) -> str:
     return f"{x:,}" if isinstance(x, int) and not isinstance(x, bool) else str(x)
 
 
+# A bound the value misses, by the schema's kind: (its name in the error's ctx, how the value misses it, the
+# values the fix allows); {bound} is the bound, {key} the field.
+_BOUNDS = {
+    "greater_than_equal": ("ge", "is below {bound}, the least {key} takes", "{bound} or more"),
+    "greater_than": ("gt", "is not above {bound}", "more than {bound}"),
+    "less_than_equal": ("le", "is above {bound}, the most {key} takes", "{bound} or less"),
+    "less_than": ("lt", "is not below {bound}", "less than {bound}"),
+}
+
+
 def _worded(kind: str, key: str, value: object, written: str, ctx: dict) -> tuple[str, str]:
     """(message, fix) of the schema's other kinds: ranges, lengths, patterns, choices, shapes."""
-    if kind == "greater_than_equal":
-        return f"{written} is below {_bound(ctx['ge'])}, the least {key} takes", \
-            f"change the value into that range: {_bound(ctx['ge'])} or more"
-    if kind == "greater_than":
-        return f"{written} is not above {_bound(ctx['gt'])}", f"change the value into that range: more than " \
-            f"{_bound(ctx['gt'])}"
-    if kind == "less_than_equal":
-        return f"{written} is above {_bound(ctx['le'])}, the most {key} takes", \
-            f"change the value into that range: {_bound(ctx['le'])} or less"
-    if kind == "less_than":
-        return f"{written} is not below {_bound(ctx['lt'])}", f"change the value into that range: less than " \
-            f"{_bound(ctx['lt'])}"
+    if kind in _BOUNDS:
+        name, misses, allowed = _BOUNDS[kind]
+        bound = _bound(ctx[name])
+        return f"{written} {misses.format(bound=bound, key=key)}", \
+            f"change the value into that range: {allowed.format(bound=bound)}"
     if kind == "string_pattern_mismatch":
         pattern = str(ctx.get("pattern", ""))
         return f"'{shown(value)}' is not a valid {key}", f"write {pattern_words(pattern)}"
-    if kind == "literal_error":
-        return f"{written} is not one of the choices for {key}", f"use one of {ctx.get('expected')}"
-    if kind == "enum":
+    if kind in ("literal_error", "enum"):
         return f"{written} is not one of the choices for {key}", f"use one of {ctx.get('expected')}"
     if kind == "string_too_long":
         n = len(value) if isinstance(value, str) else "?"
