@@ -137,18 +137,26 @@ def private_dir(path: str | os.PathLike, *, what: str = "state folder") -> Path:
         st = os.lstat(p)
     except OSError as exc:
         raise UsageError(f"{p}: cannot create the {what} ({exc.strerror or exc}); choose a writable path") from None
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        raise UsageError(f"{p}: the {what} is not a plain folder (a link or a file); remove it or choose another "
-                         "path")
-    if st.st_uid != os.geteuid():
-        raise UsageError(f"{p}: the {what} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}); another "
-                         "user could change what runs: remove it, or choose another path")
-    if st.st_mode & 0o022:
-        raise UsageError(f"{p}: the {what} is open to other users (mode {stat.S_IMODE(st.st_mode):04o}); "
-                         f"check what is in it, then run chmod 700 {p}")
+    check_private_dir(p, st, what)
     if st.st_mode & 0o077:
         os.chmod(p, 0o700)
     return p
+
+
+def check_private_dir(p: Path, st: os.stat_result, what: str, *,
+                      plain_fix: str = "; remove it or choose another path",
+                      owner_fix: str = "; another user could change what runs: remove it, or choose another path",
+                      ) -> None:
+    """The rule of a private folder, on the lstat `st` of the folder `p` (the `what`): a plain folder, not a
+    link, this user's, that no one else can write. Anything else is a UsageError; `plain_fix` and `owner_fix`
+    end the message for a link or file and for another owner (each with its leading separator)."""
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{p}: the {what} is not a plain folder (a link or a file){plain_fix}")
+    if st.st_uid != os.geteuid():
+        raise UsageError(f"{p}: the {what} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}){owner_fix}")
+    if st.st_mode & 0o022:
+        raise UsageError(f"{p}: the {what} is open to other users (mode {stat.S_IMODE(st.st_mode):04o}); "
+                         f"check what is in it, then run chmod 700 {p}")
 
 
 def read_regular(path: str | os.PathLike, limit: int, *, follow_links: bool = True) -> tuple[bytes, os.stat_result]:

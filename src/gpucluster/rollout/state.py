@@ -24,7 +24,7 @@ from pathlib import Path
 
 from gpucluster.errors import UsageError, shown
 from gpucluster.inventory.values import HOSTNAME_RE
-from gpucluster.paths import private_dir, read_regular, unsafe_ancestor
+from gpucluster.paths import check_private_dir, private_dir, read_regular, unsafe_ancestor
 
 VERSION = 1
 NAME = "rollout.json"
@@ -64,9 +64,9 @@ def save(path: Path, state: dict) -> None:
 
 
 def check_folder(folder: str | os.PathLike) -> None:
-    """The rule of paths.private_dir, applied to a folder that must already be there, without creating or
-    changing anything (--status and --resume only read): a plain folder, not a link, this user's, that no
-    one else can write, below folders no one else can swap."""
+    """The rule of paths.private_dir (paths.check_private_dir), applied to a folder that must already be there,
+    without creating or changing anything (--status and --resume only read): a plain folder, not a link, this
+    user's, that no one else can write, below folders no one else can swap."""
     p = Path(folder)
     why = unsafe_ancestor(p)
     if why:
@@ -78,16 +78,11 @@ def check_folder(folder: str | os.PathLike) -> None:
         raise UsageError(f"{p / NAME}: no rollout state here; start one with `gpucluster rollout TARGET`") from None
     except OSError as exc:
         raise UsageError(f"{p}: cannot read the rollout state folder ({exc.strerror or exc})") from None
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        raise UsageError(f"{p}: the rollout state folder is not a plain folder (a link or a file): whoever can "
-                         "change it decides which state is read; give --state-dir the real folder")
-    if info.st_uid != os.geteuid():
-        raise UsageError(f"{p}: the rollout state folder belongs to uid {info.st_uid}, not to you (uid "
-                         f"{os.geteuid()}); another user could choose what the rollout drains and resumes: "
-                         "use your own state folder")
-    if info.st_mode & 0o022:
-        raise UsageError(f"{p}: the rollout state folder is open to other users (mode "
-                         f"{stat.S_IMODE(info.st_mode):04o}); check what is in it, then run chmod 700 {p}")
+    check_private_dir(p, info, "rollout state folder",
+                      plain_fix=": whoever can change it decides which state is read; give --state-dir the real "
+                                "folder",
+                      owner_fix="; another user could choose what the rollout drains and resumes: use your own "
+                                "state folder")
 
 
 def _read(path: Path) -> bytes:
