@@ -458,13 +458,18 @@ def _cmdline(secrets: str | os.PathLike | None, pdd: Path, tags: str | None, che
         # reads a private copy of the checked bytes, never the operator's path
         copy = private_secrets(secrets, pdd)
         cmdline += ["--extra-vars", f"@{copy}"]
-    if tags:
-        cmdline += ["--tags", tags]
+    return cmdline + playbook_options(tags, check, diff), copy
+
+
+def playbook_options(tags: str | None, check: bool, diff: bool) -> list[str]:
+    """The converge's --tags, --check and --diff as ansible-playbook takes them: a push hands them to Ansible,
+    a pull to gpucluster-pull run on each node, which takes the same options and hands them on."""
+    options = ["--tags", tags] if tags else []
     if check:
-        cmdline.append("--check")
+        options.append("--check")
     if diff:
-        cmdline.append("--diff")
-    return cmdline, copy
+        options.append("--diff")
+    return options
 
 
 def _runner_kwargs(limit: str | None, pdd: Path, loaded: Inventory, cmdline: list[str]) -> dict[str, Any]:

@@ -461,6 +461,7 @@ def pull(inventory: str | os.PathLike, *, limit: str | None = None, tags: str | 
     itself, and reads their results from the bundle server for up to `wait` seconds (one ssh per poll)."""
     from gpucluster.compiled import ensure_compiled
     from gpucluster.configure.bundle import build
+    from gpucluster.configure.playbook import playbook_options
 
     cpu0, started = _cpu(), time.monotonic()
     if concurrency < 1:
@@ -492,13 +493,7 @@ def pull(inventory: str | os.PathLike, *, limit: str | None = None, tags: str | 
         results = collect(inv, serial, hosts, bundle.hash, wait, log) if wait else {}
         return PullResult(bundle=bundle.hash, hosts=results, elapsed=time.monotonic() - started,
                           push_hosts=push_hosts, cpu_seconds=_cpu() - cpu0, serial=serial)
-    remote = ["gpucluster-pull", "run", "--hash", bundle.hash, "--url", url]
-    if tags:
-        remote += ["--tags", tags]
-    if check:
-        remote.append("--check")
-    if diff:
-        remote.append("--diff")
+    remote = ["gpucluster-pull", "run", "--hash", bundle.hash, "--url", url, *playbook_options(tags, check, diff)]
     if full:
         remote.append("--full")
     width = min(concurrency, len(hosts))
