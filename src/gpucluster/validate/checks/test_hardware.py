@@ -78,19 +78,23 @@ def _gpu_indices(ctx, host):
         yield f"gpu{i}", i
 
 
-@pytest.mark.per("gpu_nvidia", items=_gpu_indices)
-def test_gpu_ecc_enabled(ctx, node, target, item):
+def _gpu_row(ctx, node, target, item) -> dict:
+    """The vendor tool's row of GPU `item` (index, name, ecc, persistence); a failure when it is not visible."""
     g = _require_gpus(ctx, node, target)
     row = next((x for x in g["found"] if x["index"] == str(item)), None)
     assert row is not None, f"{target.host}: GPU {item} not visible"
+    return row
+
+
+@pytest.mark.per("gpu_nvidia", items=_gpu_indices)
+def test_gpu_ecc_enabled(ctx, node, target, item):
+    row = _gpu_row(ctx, node, target, item)
     assert row["ecc"] == "Enabled", f"{target.host}: GPU {item} ECC is {row['ecc']}"
 
 
 @pytest.mark.per("gpu_nvidia", items=_gpu_indices)
 def test_gpu_persistence_mode(ctx, node, target, item):
-    g = _require_gpus(ctx, node, target)
-    row = next((x for x in g["found"] if x["index"] == str(item)), None)
-    assert row is not None, f"{target.host}: GPU {item} not visible"
+    row = _gpu_row(ctx, node, target, item)
     assert row["persistence"] == "Enabled", f"{target.host}: GPU {item} persistence mode is {row['persistence']}"
 
 
