@@ -3,7 +3,7 @@ ceiling: topology-aware (waves of whole leaves) and topology-blind (random batch
 anchors do: Slinky's share of a node set, a list of hosts cut in batches).
 bench/rollout_compare.py runs it at 512 emulated nodes, tests/test_rollout_compare.py at 32.
 
-It drives a real cluster through its Slurm clients only (a `run` function, as rollout.slurmclient): jobs go in
+It drives a real cluster through its Slurm clients only (a `run` function, as rollout.slurmops): jobs go in
 with sbatch, the rollout is the engine's own (`scontrol reboot ASAP nextstate=RESUME`), and every figure is
 read back from slurmctld:
 
@@ -27,8 +27,9 @@ from pathlib import Path
 from gpucluster import slurmtext
 from gpucluster.rollout import state as st
 from gpucluster.rollout.engine import Rollout, new_state
-from gpucluster.rollout.slurmclient import NodeState, Runner, Slurm
+from gpucluster.rollout.slurmops import NodeState, Slurm
 from gpucluster.rollout.waves import Wave
+from gpucluster.slurmtext import Runner
 
 ACTIVE = "PENDING,RUNNING,SUSPENDED,COMPLETING,CONFIGURING,REQUEUED,RESIZING"
 

@@ -21,7 +21,7 @@ PLUGINS = Path(__file__).resolve().parent.parent / "plugins"
 
 FLOORS = {
     "gpucluster": 0, "_lazy": 0, "errors": 0, "paths": 0, "trace": 0, "slurmtext": 0, "slurmkeys": 0, "catalog": 0,
-    "aptsources": 0, "words": 0, "progress": 0, "fields": 0, "outputs": 0,
+    "aptsources": 0, "words": 0, "progress": 0, "fields": 0, "outputs": 0, "slurmclient": 0,
     "node": 0,
     "spec": 1,
     "fabric": 2,

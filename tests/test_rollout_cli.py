@@ -14,7 +14,7 @@ from gpucluster.errors import UsageError
 from gpucluster.paths import examples_dir
 from gpucluster.rollout import state as st
 from gpucluster.rollout.engine import Rollout, new_state
-from gpucluster.rollout.slurmclient import NodeState, Slurm
+from gpucluster.rollout.slurmops import NodeState, Slurm
 from gpucluster.rollout.waves import parse_max_unavailable, plan_waves, topology_units
 
 STAGING = examples_dir() / "staging.yaml"
@@ -170,7 +170,7 @@ def test_a_new_rollout_puts_a_node_out_for_another_reason_in_no_wave(reason, mon
     hosts = c.contract_groups["slurm_compute"]
     fake = FakeSlurm(hosts)
     fake.set(hosts[1], {"IDLE", "DRAIN"}, reason)
-    monkeypatch.setattr("gpucluster.rollout.slurmclient.Slurm", lambda *a, **k: fake)
+    monkeypatch.setattr("gpucluster.rollout.slurmops.Slurm", lambda *a, **k: fake)
     assert main(["rollout", str(STAGING), "--change", "drain", "--by", "node", "--max-unavailable", "1",
                  "--state-dir", str(tmp_path / "state"), "--poll", "0"]) == 0, capsys.readouterr()
     s = st.load(tmp_path / "state" / st.NAME)

@@ -18,7 +18,7 @@ from conftest import load_file
 
 from gpucluster.emulate.emulator import emulate
 from gpucluster.emulate.specs import scaled_spec, write_and_render
-from gpucluster.rollout.slurmclient import Slurm
+from gpucluster.rollout.slurmops import Slurm
 from gpucluster.rollout.waves import plan_waves, topology_units
 
 compare = load_file(Path(__file__).resolve().parent.parent / "bench" / "rollout_compare_lib.py", "rollout_compare_lib")

@@ -29,7 +29,7 @@ from gpucluster.emulate.emulator import emulate
 from gpucluster.emulate.specs import Rendered, scaled_spec, write_and_render
 from gpucluster.rollout import state as st
 from gpucluster.rollout.engine import Halted, Rollout, new_state
-from gpucluster.rollout.slurmclient import NodeState, Slurm
+from gpucluster.rollout.slurmops import NodeState, Slurm
 from gpucluster.rollout.waves import plan_waves, topology_units
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")

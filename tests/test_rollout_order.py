@@ -22,8 +22,9 @@ from gpucluster.paths import examples_dir, home
 from gpucluster.rollout import state as st
 from gpucluster.rollout.engine import Rollout, new_state
 from gpucluster.rollout.live import LiveCluster
-from gpucluster.rollout.slurmclient import NodeState, Slurm, SlurmError
+from gpucluster.rollout.slurmops import NodeState, Slurm
 from gpucluster.rollout.waves import plan_waves, topology_units
+from gpucluster.slurmclient import SlurmError
 
 STAGING = examples_dir() / "staging.yaml"
 RULE = ("slurmdbd", "slurmctld")

@@ -25,7 +25,7 @@ from gpucluster.emulate.harness import SlurmCluster, tail
 from gpucluster.emulate.specs import scaled_spec, write_and_render
 from gpucluster.rollout.engine import Halted
 from gpucluster.rollout.resize import grow, plan_resize, shrink
-from gpucluster.rollout.slurmclient import Slurm
+from gpucluster.rollout.slurmops import Slurm
 
 pytestmark = [pytest.mark.slurm, pytest.mark.emulate]
 LINES = ("22.05", "24.11", "26.05")

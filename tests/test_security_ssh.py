@@ -137,15 +137,18 @@ def test_configure_through_ansible_runner_builds_a_strict_ssh_command(tmp_path, 
 
 
 def test_host_ssh_argv_is_strict_for_every_caller(tmp_path, home):
-    """validate, health remote and fabric test build their ssh command with inventory.Host.ssh_argv."""
+    """Every caller builds its ssh command with inventory.Host.ssh_argv: configure's pull fan-out and the rollout's
+    node checks directly; Slurm's clients for the rollout, validate --via-slurm, health status and fabric test
+    through gpucluster.slurmclient.Client."""
     from gpucluster.inventory.reader import load_inventory
+    from gpucluster.slurmclient import Client
 
     for source in SOURCES:
         inv, known = write_inventory_from(source, tmp_path / source)
         host = load_inventory(inv).hosts["gpu01"]
-        argv = host.ssh_argv("true", "ConnectTimeout=10")
-        assert argv[0] == "ssh" and argv[1:3] == ["-o", "StrictHostKeyChecking=yes"]
-        assert_strict(argv[1:], home, known)
+        for argv in (host.ssh_argv("true", "ConnectTimeout=10"), Client(host).argv(["sinfo", "-h"])):
+            assert argv[0] == "ssh" and argv[1:3] == ["-o", "StrictHostKeyChecking=yes"]
+            assert_strict(argv[1:], home, known)
 
 
 def test_an_unsafe_value_is_data_to_ansible(tmp_path, home):

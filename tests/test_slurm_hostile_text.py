@@ -24,7 +24,8 @@ from gpucluster import slurmtext
 from gpucluster.diff import running
 from gpucluster.health import status
 from gpucluster.node import slurmctl
-from gpucluster.rollout.slurmclient import NodeState, Slurm, SlurmError, parse_nodes
+from gpucluster.rollout.slurmops import NodeState, Slurm, parse_nodes
+from gpucluster.slurmclient import SlurmError
 
 STAMP = "2026-11-28T04:11:41"
 LONG = "fan " * 300 + "State=IDLE"  # 1,210 characters

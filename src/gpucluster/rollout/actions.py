@@ -23,8 +23,9 @@ from pathlib import Path
 from gpucluster.cluster import Cluster, load_cluster
 from gpucluster.errors import OperationError, UsageError
 from gpucluster.paths import state_dir as state_folder
-from gpucluster.rollout import engine, hooks, slurmclient, state
+from gpucluster.rollout import engine, hooks, slurmops, state
 from gpucluster.rollout.waves import Wave, WaveError, parse_max_unavailable, plan_waves, topology_units
+from gpucluster.slurmclient import SlurmError
 
 Say = Callable[[str], None]
 
@@ -41,9 +42,9 @@ class Target:
     state_dir: str | None = None
     live: object | None = None  # live.LiveCluster
 
-    def slurm(self) -> slurmclient.Slurm:
+    def slurm(self) -> slurmops.Slurm:
         """Slurm's clients: on the inventory's first controller, else on this machine."""
-        return self.live.slurm() if self.live else slurmclient.Slurm()
+        return self.live.slurm() if self.live else slurmops.Slurm()
 
     def folder(self, given: str | os.PathLike | None) -> Path:
         """The cluster's state folder: `given`, else the inventory's, else the operator's default."""
@@ -210,7 +211,7 @@ def _run(t: Target, slurm, path: Path, s: dict, *, apply_command: str | None, ch
         run.run()
     except engine.Halted as exc:
         return Outcome(run.state, path, halted=str(exc))
-    except slurmclient.SlurmError as exc:
+    except SlurmError as exc:
         raise OperationError(f"{exc} (state kept in {path}: --resume continues)") from None
     return Outcome(run.state, path)
 
@@ -233,7 +234,7 @@ def start(where: Target | str | os.PathLike, *, change: str = "reboot", by: str 
     try:
         slurm = t.slurm()
         now = slurm.nodes(hosts)
-    except slurmclient.SlurmError as exc:
+    except SlurmError as exc:
         raise OperationError(str(exc)) from None
     skip = engine.out_for_others(now)
     try:
@@ -260,7 +261,7 @@ def resume(where: Target | str | os.PathLike, *, by: str = "leaf", max_unavailab
     s = _load(path, t.cluster.name)
     try:
         slurm = t.slurm()
-    except slurmclient.SlurmError as exc:
+    except SlurmError as exc:
         raise OperationError(str(exc)) from None
     if s.get("finished"):
         return Outcome(s, path, already_finished=True)
@@ -318,7 +319,7 @@ def resize_to(where: Target | str | os.PathLike, new_spec: str | os.PathLike, *,
         errors = resize.grow(plan_, ctl, slurm, rid, check=live.check, say=say)
     except engine.Halted as exc:
         return ResizeOutcome(plan_, {}, halted=str(exc))
-    except slurmclient.SlurmError as exc:
+    except SlurmError as exc:
         raise OperationError(f"{exc}; the nodes keep their gpc: reasons: fix it, then run the same command again") \
             from None
     return ResizeOutcome(plan_, errors)

@@ -34,7 +34,7 @@ import hostlist
 from gpucluster.errors import shown
 from gpucluster.progress import status_line
 from gpucluster.rollout import state as st
-from gpucluster.rollout.slurmclient import NodeState, Slurm
+from gpucluster.rollout.slurmops import NodeState, Slurm
 from gpucluster.rollout.waves import Wave
 
 CHANGES = st.CHANGES

@@ -1,7 +1,7 @@
 """A rollout on a cluster gpucluster configures (an inventory): where the engine's steps come from when the
 operator gives no command of their own.
 
-    Slurm       the clients on the inventory's first controller, over SSH as Ansible reaches it (slurmclient)
+    Slurm       the clients on the inventory's first controller, over SSH as Ansible reaches it (slurmclient.Client)
     controller  slurmdbd, then slurmctld: `configure --limit` their hosts (each host once; a host that is both
                 takes both roles in one run, slurmdbd's first, as the Slurm play orders them)
     apply       `configure --limit` the wave's nodes, while they are out of service
@@ -26,7 +26,8 @@ from pathlib import Path
 
 from gpucluster.render.health.config import STATE_DIR as HEALTH_STATE_DIR
 from gpucluster.render.health.slurmconf import PROGRAM as HEALTH_PROGRAM
-from gpucluster.rollout.slurmclient import Slurm, SlurmError, ssh_runner
+from gpucluster.rollout.slurmops import Slurm
+from gpucluster.slurmclient import Client, SlurmError, slurm_host
 
 # The validate checks that say a node may take jobs again, and hold while it is drained or reserved (a check that
 # needs the node in service, such as test_node_known_and_usable, is left out): its daemons, what slurmctld knows of
@@ -45,10 +46,8 @@ class LiveCluster:
 
     # ---------------------------------------------------------------------------------------------- Slurm
     def slurm(self) -> Slurm:
-        ctl = self.inv.group("slurm_controller")
-        if not ctl:
-            raise SlurmError(f"{self.path}: no host in slurm_controller; the rollout reaches Slurm through it")
-        return Slurm(ssh_runner(self.inv.hosts[ctl[0]]))
+        return Slurm(Client(slurm_host(self.inv, "to reach Slurm through (the rollout runs scontrol there)",
+                                       ("slurm_controller",))))
 
     # ---------------------------------------------------------------------------------------------- converge
     def converge(self, hosts: Sequence[str], what: str, *, whole: bool = False) -> dict[str, str]:

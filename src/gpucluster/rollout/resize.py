@@ -33,7 +33,7 @@ import hostlist
 from gpucluster import slurmkeys
 from gpucluster.cluster import Cluster
 from gpucluster.rollout.engine import Halted, is_ours
-from gpucluster.rollout.slurmclient import Slurm
+from gpucluster.rollout.slurmops import Slurm
 
 
 @dataclass(frozen=True)

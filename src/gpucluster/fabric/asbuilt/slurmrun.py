@@ -1,9 +1,9 @@
 """`fabric test`'s engine: the cluster's own scheduler runs every case as a Slurm job.
 
 From this machine it is one SSH session per round to the inventory's login host (else the controller),
-the connection Ansible uses: the session runs a round's `srun --nodelist=...` lines at once and sends
-back their labelled output. Slurm does the fan-out, the node pinning and the clean-up; a node that is
-down, drained or busy costs its cases, not the run.
+the connection Ansible uses, through gpucluster.slurmclient: the session runs a round's `srun --nodelist=...`
+lines at once and sends back their labelled output. Slurm does the fan-out, the node pinning and the clean-up;
+a node that is down, drained or busy costs its cases, not the run.
 
 Before the first round one probe job asks every tested node what it has (GPUs on the PCI bus, HCAs,
 the tools), and the transport follows from the hosts: all_reduce_perf where every node has GPUs and
@@ -14,8 +14,6 @@ where no node has either: staged nodes, where iperf3 is the staging stand-in for
 from __future__ import annotations
 
 import secrets
-import shlex
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -28,35 +26,15 @@ from gpucluster.fabric.asbuilt.fabrictest import Case, Outcome, Verdict, cases, 
 from gpucluster.fabric.asbuilt.measure import measure
 from gpucluster.fabric.asbuilt.tooloutput import ToolError, demux
 from gpucluster.fabric.plan import Plan
-from gpucluster.inventory.reader import Host, Inventory
+from gpucluster.inventory.reader import Inventory
 from gpucluster.inventory.values import valid_path
 from gpucluster.paths import roles_dir
+from gpucluster.slurmclient import Client, SlurmError, failed, slurm_host, tail
 
 USABLE = ("idle", "alloc", "mix", "allocated", "mixed", "comp", "completing")
 
 
-# ---- the connection the inventory gives ----------------------------------------------------------
-
-def ssh(host: Host, command: str, *, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(host.ssh_argv(command, "ServerAliveInterval=15"), input=input, capture_output=True,
-                              text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired as exc:
-        return subprocess.CompletedProcess(exc.cmd, 124, "", f"timed out after {timeout:.0f} s")
-
-
-def _tail(res: subprocess.CompletedProcess, n: int = 400) -> str:
-    return " ".join(((res.stderr or "") + (res.stdout or "")).split())[-n:]
-
-
-def submit_host(inv: Inventory) -> Host:
-    for group in ("slurm_login", "slurm_controller"):
-        members = inv.group(group)
-        if members:
-            return inv.hosts[members[0]]
-    raise UsageError(f"{inv.path}: no slurm_login or slurm_controller host to submit the test jobs from; write "
-                     "the inventory with `gpucluster inventory SPEC` (docs/inventory.md)")
-
+# ---- where the tests' programs are ---------------------------------------------------------------
 
 def nccl_paths(inv: Inventory) -> tuple[str, str]:
     """(all_reduce_perf, the NCCL env script): where the nccl role puts them, the inventory's override first."""
@@ -171,7 +149,8 @@ class SlurmRunner:
 
     def __init__(self, plan: Plan, inv: Inventory, settings: jobs.Settings, *, log: Callable[[str], None] = print):
         self.plan, self.inv, self.settings, self.log = plan, inv, settings, log
-        self.submit = submit_host(inv)
+        self.submit = slurm_host(inv, "to submit the test jobs from")
+        self.client = Client(self.submit)
         self.transport = "iperf3"
         self.failures: list[Failure] = []
         self.jobs: list[str] = []
@@ -189,10 +168,10 @@ class SlurmRunner:
         nodes = self.nodes()
         compute = set(self.inv.group("slurm_compute"))
         argv = [*slurmtext.NODE_STATES, "-n", ",".join(nodes)]
-        res = ssh(self.submit, shlex.join(argv), timeout=120)
+        res = self.client(argv)
         if res.returncode != 0:
-            raise OperationError(f"sinfo on {self.submit.name} failed (exit {res.returncode}): {_tail(res)}; is "
-                                 "slurmctld up and the inventory's login/controller host reachable?")
+            raise failed(argv, res, self.submit.name,
+                         hint="is slurmctld up and the inventory's login/controller host reachable?")
         for node, state in slurmtext.parse_node_states(res.stdout or "", argv).items():
             self.states.setdefault(node, state)
         usable = []
@@ -264,11 +243,15 @@ class SlurmRunner:
         batches = -(-len(argvs) // max(1, s.parallel))
         timeout = batches * (s.time_limit_min * 60 + s.immediate_s + 60) + 60
         token = secrets.token_hex(8)  # no job can print a case line of this round
-        res = ssh(self.submit, "bash -s", input=jobs.round_script(argvs, s.parallel, token), timeout=timeout)
+        try:
+            res = self.client(["bash", "-s"], input=jobs.round_script(argvs, s.parallel, token), timeout=timeout)
+        except SlurmError as exc:
+            raise SlurmError(f"{exc} (a round of {len(argvs)} job(s), {s.parallel} at once, each up to "
+                             f"{s.time_limit_min} min)") from None
         found = jobs.split_round(res.stdout or "", token)
         if not found:
-            raise OperationError(f"the jobs could not be started from {self.submit.name} (ssh exit {res.returncode}): "
-                                 f"{_tail(res)}")
+            raise SlurmError(f"the jobs could not be started from {self.submit.name} (ssh exit {res.returncode}): "
+                             f"{tail(res)}")
         return found
 
 

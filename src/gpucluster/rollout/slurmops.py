@@ -1,56 +1,23 @@
 """The rollout's view of Slurm: scontrol, squeue and sinfo through one `run` function, so the same class
-drives a real cluster (the clients on this machine, or on the inventory's first controller over SSH) and the
-emulator (its clients and SLURM_CONF). Only what a rollout needs: node states and reasons, drain, resume,
-reboot, a maintenance reservation, reconfigure. What Slurm says is read by `slurmtext` (the node table and
-the queue as --json): a reason or a job name is data, whatever it holds."""
+drives a real cluster (a gpucluster.slurmclient.Client: the clients on this machine, or on the inventory's first
+controller over SSH) and the emulator (its clients and SLURM_CONF). Only what a rollout needs: node states and
+reasons, drain, resume, reboot, a maintenance reservation, reconfigure. What Slurm says is read by `slurmtext`
+(the node table and the queue as --json): a reason or a job name is data, whatever it holds."""
 
 from __future__ import annotations
 
-import shlex
-import subprocess
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import hostlist
 
 from gpucluster import slurmtext
+from gpucluster.slurmclient import Client, SlurmError, failed
 
-Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
 OURS = "gpc:"  # every reason gpucluster writes starts so; any other reason is a person's (or another tool's)
 BUSY = {"ALLOCATED", "MIXED", "COMPLETING"}
 REBOOTING = {"REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOT"}
 OUT = {"DRAIN", "DOWN", "FAIL", "MAINT"}
-
-
-class SlurmError(RuntimeError):
-    """A Slurm client failed; the message has the command and its stderr."""
-
-
-def local_runner(cmd: Sequence[str]) -> subprocess.CompletedProcess:
-    """The clients on this host, with the environment's SLURM_CONF (a real cluster's login node)."""
-    try:
-        return subprocess.run(list(cmd), capture_output=True, text=True, timeout=120, check=False)
-    except FileNotFoundError:
-        raise SlurmError(f"{cmd[0]} not found: run the rollout on a host with the Slurm clients "
-                         "(a controller or login node)") from None
-
-
-def ssh_runner(host, *, timeout: float = 120) -> Runner:
-    """The clients on `host` (an inventory Host: a controller), reached as Ansible reaches it (its address,
-    port, user, key; gpucluster's host-key option first, batch mode). Every argument is quoted for the remote
-    shell, so a node name or a reason is one word there, never shell syntax."""
-
-    def run(cmd: Sequence[str]) -> subprocess.CompletedProcess:
-        argv = host.ssh_argv(shlex.join(cmd), "ConnectTimeout=15", "ServerAliveInterval=15")
-        try:
-            return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                                  check=False)
-        except subprocess.TimeoutExpired:
-            return subprocess.CompletedProcess(argv, 124, "", f"no answer from {host.name} within {timeout:g} s")
-        except FileNotFoundError:
-            raise SlurmError("ssh not found: install the OpenSSH client to reach the controller") from None
-
-    return run
 
 
 @dataclass(frozen=True)
@@ -95,14 +62,15 @@ def _state(node: slurmtext.SlurmNode) -> NodeState:
 
 
 class Slurm:
-    def __init__(self, run: Runner = local_runner):
-        self._run = run
+    def __init__(self, run: slurmtext.Runner | None = None):
+        """`run`: how Slurm's clients are reached; the ones on this machine when None."""
+        self._run = run = Client() if run is None else run
         self._table = slurmtext.NodeTable(run)
 
     def _ok(self, *cmd: str) -> str:
         res = self._run(list(cmd))
         if res.returncode != 0:
-            raise SlurmError(f"{' '.join(cmd)} failed ({res.returncode}): {(res.stderr or '').strip()[-400:]}")
+            raise failed(cmd, res)
         return res.stdout or ""
 
     def nodes(self, names: Iterable[str] | None = None) -> dict[str, NodeState]:
@@ -134,20 +102,20 @@ class Slurm:
         if not nodes:
             return
         hl = hostlist.collect_hostlist(list(nodes))
-        res = self._run(["scontrol", "create", "reservation", f"reservationname={name}", f"nodes={hl}",
-                         "starttime=now", "duration=infinite", "flags=maint,ignore_jobs", "users=root"])
+        cmd = ["scontrol", "create", "reservation", f"reservationname={name}", f"nodes={hl}", "starttime=now",
+               "duration=infinite", "flags=maint,ignore_jobs", "users=root"]
+        res = self._run(cmd)
         if res.returncode != 0:
             if "uplicate" not in (res.stderr or "") + (res.stdout or ""):
-                raise SlurmError(f"scontrol create reservation {name} failed ({res.returncode}): "
-                                 f"{(res.stderr or '').strip()[-400:]}")
+                raise failed(cmd, res)
             self._ok("scontrol", "update", f"reservationname={name}", f"nodes={hl}")
 
     def release(self, name: str) -> None:
         """Delete the reservation; gone already is no error."""
-        res = self._run(["scontrol", "delete", f"reservationname={name}"])
+        cmd = ["scontrol", "delete", f"reservationname={name}"]
+        res = self._run(cmd)
         if res.returncode != 0 and "not found" not in ((res.stderr or "") + (res.stdout or "")).lower():
-            raise SlurmError(f"scontrol delete reservation {name} failed ({res.returncode}): "
-                             f"{(res.stderr or '').strip()[-400:]}")
+            raise failed(cmd, res)
 
     def reconfigure(self) -> None:
         self._ok("scontrol", "reconfigure")
