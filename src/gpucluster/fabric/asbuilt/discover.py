@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from gpucluster.fabric.asbuilt.findings import Finding, by_kind, ordered
 from gpucluster.fabric.asbuilt.graph import AGGREGATION, HCA, PORT_SPAN, ROUTER, SWITCH, Fabric, rate_gbps
@@ -60,20 +61,64 @@ def _switch_names(fab: Fabric, switches: list[int]) -> dict[int, str]:
     return out
 
 
+@dataclass
+class _Links:
+    """The dump's links by class: per pair of tiers (host and tier for a host's link) how many run at each
+    rate and which they are, and per switch pair (the lower switch first) the links bundled between them."""
+
+    bundles: Counter = field(default_factory=Counter)
+    rates: dict[tuple[str, str], Counter] = field(default_factory=lambda: defaultdict(Counter))
+    by_pair: dict[tuple[str, str], list] = field(default_factory=lambda: defaultdict(list))
+
+
+@dataclass
+class _Endpoints:
+    """What the nodes other than switches are: the hosts named, the HCA ports on a switch, the HCAs whose
+    description names no host (each with its finding), and the SHARP aggregation nodes and routers."""
+
+    hosts: set[str]
+    ports: int
+    unidentified: list[dict]
+    findings: list[Finding]
+    aggregation: int
+    routers: int
+
+
 def discover(fab: Fabric, advance: Callable[[int], None] | None = None) -> dict:
     """The `fabric discover --json` document. Contract keys: switches, tiers, hosts, host_ports,
     unidentified, bundles, degraded_bundles, findings (more may be added; none removed or renamed)."""
-    nodes = fab.nodes
     level = switch_levels(fab)
     names = _switch_names(fab, sorted(level))
-    findings: list[Finding] = list(fab.findings)
-    hosts: set[str] = set()
-    host_ports = 0
-    unidentified = []
-    aggregation = routers = 0
-    bundle: Counter = Counter()
-    rates_by_pair: dict[tuple[str, str], Counter] = defaultdict(Counter)
-    links_by_pair: dict[tuple[str, str], list] = defaultdict(list)
+    links = _classify_links(fab, level, names, advance)
+    ends = _endpoints(fab, names)
+    bundles, degraded, bundle_findings = _bundles(level, names, links.bundles)
+    findings = ordered([*fab.findings, *ends.findings, *bundle_findings, *_wrong_speeds(fab, names, links)])
+    tiers = Counter(tier_name(lv) for lv in level.values())
+    return {
+        "source": fab.source,
+        "switches": len(level),
+        "tiers": dict(sorted(tiers.items(), key=lambda kv: _tier_order(kv[0]))),
+        "hosts": len(ends.hosts),
+        "host_ports": ends.ports,
+        "unidentified": ends.unidentified,
+        "aggregation_nodes": ends.aggregation,
+        "routers": ends.routers,
+        "links": sum(links.rates[p].total() for p in links.rates),
+        "rates": {"-".join(p): dict(c) for p, c in sorted(links.rates.items())},
+        "bundles": bundles,
+        "degraded_bundles": degraded,
+        "findings": [f.as_dict() for f in findings],
+        "findings_by_kind": by_kind(findings),
+    }
+
+
+def _classify_links(fab: Fabric, level: dict[int, int], names: dict[int, str],
+                    advance: Callable[[int], None] | None) -> _Links:
+    """Every link by the tiers it joins (a link to an aggregation node left out), telling `advance` each
+    10,000 links."""
+    nodes = fab.nodes
+    out = _Links()
+    bundle, rates_by_pair, links_by_pair = out.bundles, out.rates, out.by_pair
     for n_link, (a, pa, b, pb, rate) in enumerate(fab.links(), 1):
         if advance is not None and not n_link % 10000:
             advance(10000)
@@ -91,7 +136,19 @@ def discover(fab: Fabric, advance: Callable[[int], None] | None = None) -> dict:
             pair = (ka, kb)
         rates_by_pair[pair][rate] += 1
         links_by_pair[pair].append((a, pa, b, pb, rate))
-    for _i, node in enumerate(nodes):
+    return out
+
+
+def _endpoints(fab: Fabric, names: dict[int, str]) -> _Endpoints:
+    """The nodes other than switches, in the dump's order: an HCA counts a host when its description names
+    one, else it is unidentified, once per port on a switch."""
+    nodes = fab.nodes
+    hosts: set[str] = set()
+    host_ports = 0
+    unidentified: list[dict] = []
+    findings: list[Finding] = []
+    aggregation = routers = 0
+    for node in nodes:
         if node.kind == AGGREGATION:
             aggregation += 1
         elif node.kind == ROUTER:
@@ -113,12 +170,18 @@ def discover(fab: Fabric, advance: Callable[[int], None] | None = None) -> dict:
                                         f"{where}: an HCA with {why_unidentified(node.desc)}",
                                         "set the host's name and its HCAs' node descriptions (rdma-ndd)",
                                         detail={"at": where, "description": node.desc or ""}))
-    # bundles between the same two tiers should carry the same number of links
+    return _Endpoints(hosts, host_ports, unidentified, findings, aggregation, routers)
+
+
+def _bundles(level: dict[int, int], names: dict[int, str],
+             bundle: Counter) -> tuple[list[dict], list[dict], list[Finding]]:
+    """The bundles in tier and name order, the degraded ones and their findings: bundles between the same
+    two tiers should carry the same number of links, the most common one."""
     by_tiers: dict[tuple[str, str], Counter] = defaultdict(Counter)
     for (x, y), n in bundle.items():
         by_tiers[(tier_name(level[x]), tier_name(level[y]))][n] += 1
     usual = {tiers: counts.most_common(1)[0][0] for tiers, counts in by_tiers.items()}
-    bundles, degraded = [], []
+    bundles, degraded, findings = [], [], []
     for (x, y), n in sorted(bundle.items(), key=lambda kv: (level[kv[0][0]], names[kv[0][0]], names[kv[0][1]])):
         tiers = (tier_name(level[x]), tier_name(level[y]))
         row = {"a": names[x], "b": names[y], "tiers": "-".join(tiers), "links": n}
@@ -129,35 +192,23 @@ def discover(fab: Fabric, advance: Callable[[int], None] | None = None) -> dict:
                                     f"{'-'.join(tiers)} bundles have {usual[tiers]}",
                                     "find the missing cable(s) between the two switches (ibnetdiscover shows "
                                     "which ports are up)", detail=row))
-    # a link slower than the usual rate between the same two tiers
-    for pair, counts in sorted(rates_by_pair.items()):
+    return bundles, degraded, findings
+
+
+def _wrong_speeds(fab: Fabric, names: dict[int, str], links: _Links) -> list[Finding]:
+    """A finding per link slower than the most common rate between the same two tiers."""
+    findings = []
+    for pair, counts in sorted(links.rates.items()):
         common = counts.most_common(1)[0][0]
         common_gbps = rate_gbps(common) or 0
-        for a, pa, b, pb, rate in links_by_pair[pair]:
+        for a, pa, b, pb, rate in links.by_pair[pair]:
             if rate != common and (rate_gbps(rate) or 0) < common_gbps:
                 what = f"{_end(fab, names, a, pa)} - {_end(fab, names, b, pb)}"
                 findings.append(Finding("wrong-speed", f"{what} is up at {rate}; most {'-'.join(pair)} links run "
                                         f"{common}", "reseat or replace the cable/transceiver",
                                         detail={"a": _end(fab, names, a, pa), "b": _end(fab, names, b, pb),
                                                 "rate": rate, "usual": common}))
-    tiers = Counter(tier_name(lv) for lv in level.values())
-    findings = ordered(findings)
-    return {
-        "source": fab.source,
-        "switches": len(level),
-        "tiers": dict(sorted(tiers.items(), key=lambda kv: _tier_order(kv[0]))),
-        "hosts": len(hosts),
-        "host_ports": host_ports,
-        "unidentified": unidentified,
-        "aggregation_nodes": aggregation,
-        "routers": routers,
-        "links": sum(rates_by_pair[p].total() for p in rates_by_pair),
-        "rates": {"-".join(p): dict(c) for p, c in sorted(rates_by_pair.items())},
-        "bundles": bundles,
-        "degraded_bundles": degraded,
-        "findings": [f.as_dict() for f in findings],
-        "findings_by_kind": by_kind(findings),
-    }
+    return findings
 
 
 def _tier_order(name: str) -> int:
