@@ -53,9 +53,10 @@ def filter_names() -> frozenset[str]:
 
 
 def plugin_names() -> set[str]:
-    """Modules, module utils, filter files and the callbacks a role ships (the pull runner's manifest callback):
-    names a role may write, none of them a variable."""
-    ours = {p.stem for kind in ("modules", "module_utils", "filter") for p in (ROOT / "plugins" / kind).glob("*.py")}
+    """Modules, module utils, filter and callback files and the callbacks a role ships (the pull runner's manifest
+    callback): names a role may write, none of them a variable."""
+    ours = {p.stem for kind in ("modules", "module_utils", "filter", "callback")
+            for p in (ROOT / "plugins" / kind).glob("*.py")}
     return ours | {p.stem for p in (ROOT / "roles").glob("*/files/callback_plugins/*.py")}
 
 

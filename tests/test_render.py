@@ -722,10 +722,15 @@ class RoleRun:
             if only and task.get("name") != only:
                 continue
             if "ansible.builtin.set_fact" in task:
+                saved = dict(self.vars)
+                self.vars.update(_trusted(task.get("vars") or {}))  # the task's own vars, templated where read
                 try:  # facts from what a node reports (registered results) are not this test's: skipped
-                    if self.true(task):
-                        self.vars.update({k: self.value(v) for k, v in task["ansible.builtin.set_fact"].items()})
+                    facts = {k: self.value(v) for k, v in task["ansible.builtin.set_fact"].items()} \
+                        if self.true(task) else {}
                 except AnsibleUndefinedVariable:
+                    facts = {}
+                self.vars = {**saved, **facts}
+                if not facts:
                     continue
             includes = [task[k] for k in ("ansible.builtin.import_tasks", "ansible.builtin.include_tasks") if k in task]
             if (includes or installs) and not self.true(task):
