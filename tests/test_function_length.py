@@ -20,7 +20,6 @@ LIMIT = 80
 EXCEPTIONS = {
     "commands/fabric.py:register": "table-like: one add_parser/add_argument call after another, one run per fabric "
                                    "subcommand; to be split into a registration per subcommand",
-    "fabric/asbuilt/ibnetdiscover.py:_parse": "not split yet: one line-by-line parser of ibnetdiscover's records",
 }
 
 

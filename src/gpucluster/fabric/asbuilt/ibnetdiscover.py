@@ -24,6 +24,7 @@ block can be found at all is refused (UsageError, exit 2). Memory is linear in t
 from __future__ import annotations
 
 import re
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -86,7 +87,7 @@ def _port_comment(comment: str | None) -> tuple[str | None, str]:
 
 class _Reader:
     """The parse state (the current node block, the findings) and the slow paths: lines in any form
-    the fast loop in `parse` does not take, read with the full patterns."""
+    the fast path (`_Scan`) does not take, read with the full patterns."""
 
     def __init__(self, source: str):
         self.fab = Fabric(source=source)
@@ -222,47 +223,38 @@ def _parse(chunks: Iterable[bytes], source: str) -> Fabric:
     with the first: a dump that contradicts itself is caught where a first sighting finds the peer's
     port already taken (Fabric.connect)."""
     r = _Reader(source)
-    fab = r.fab
-    nodes, by_key, node_at = fab.nodes, fab.by_key, fab.node
-    kinds, span = _KINDS, PORT_SPAN
-    rate_of: dict[bytes, int] = {}
-    line0 = 0
+    scan = _Scan(r)
     for chunk in chunks:
-        at, line_at = 0, line0  # line numbers are counted only where one is needed
+        scan.walk(chunk)
+    return _finish(r)
 
-        def number(pos: int, chunk: bytes = chunk) -> int:
-            nonlocal at, line_at
-            line_at += chunk.count(b"\n", at, pos)
-            at = pos
-            return line_at + 1
 
-        def first_sight(cur: int, port: int, peer_port: int, key: bytes, desc: bytes, rate: bytes, pos: int,
-                        lines: bytes | None = None) -> None:
-            """A link not recorded yet: both ends at once (the other end's own line will find it set).
-            `pos` is where the line starts in the chunk, or where `lines` (the block's port lines) do."""
-            peer = by_key.get(key)
-            if peer is None:
-                peer = node_at(key, kinds.get(key[0], HCA), desc.decode("utf-8", "replace") or None, peer_port)
-            pn, cn = nodes[peer], nodes[cur]
-            if peer_port >= len(pn.peers):
-                pn.grow(peer_port)
-            if port >= len(cn.peers):
-                cn.grow(port)
-            here = cur * span + port
-            if pn.peers[peer_port] != NO_PEER and pn.peers[peer_port] != here:
-                if lines is not None:
-                    pos += max(0, lines.find(b"[%d]" % port))
-                fab.connect(cur, port, peer, peer_port, 0, number(pos))  # records the contradiction
-                return
-            code = rate_of.get(rate)
-            if code is None:
-                code = rate_of[rate] = fab.rate_code(rate.decode("utf-8", "replace"))
-            cn.peers[port] = peer * span + peer_port
-            pn.peers[peer_port] = here
-            cn.rates[port] = pn.rates[peer_port] = code
-            if pn.desc is None and desc:
-                pn.desc = desc.decode("utf-8", "replace")
+class _Scan:
+    """The fast path of `_parse`: the chunks walked by _SCAN, a match at a time, each link written into
+    both ends' port arrays at its first sighting. Line numbers are counted only where one is needed: a
+    node's first line, a finding."""
 
+    def __init__(self, r: _Reader):
+        self.r = r
+        self.fab = r.fab
+        self.nodes = r.fab.nodes
+        self.by_key = r.fab.by_key
+        self.rate_of: dict[bytes, int] = {}
+        self.lines = 0  # lines before the chunk
+        self.chunk = b""
+        self.at = 0  # where the chunk's lines are counted up to
+        self.line_at = 0  # lines before `at`
+
+    def number(self, pos: int) -> int:
+        """The line number of position `pos` in the chunk, counted on from the last one asked for."""
+        self.line_at += self.chunk.count(b"\n", self.at, pos)
+        self.at = pos
+        return self.line_at + 1
+
+    def walk(self, chunk: bytes) -> None:
+        """One chunk: switch port lines and node blocks on the fast path, any other line on the slow one."""
+        self.chunk, self.at, self.line_at = chunk, 0, self.lines
+        r, nodes, number = self.r, self.nodes, self.number
         match = _SCAN.scanner(chunk).match
         m = match()
         cur_peers = nodes[r.cur].peers if r.cur >= 0 else None
@@ -275,59 +267,99 @@ def _parse(chunks: Iterable[bytes], source: str) -> Fabric:
                     r.bad(m.group(0).decode("utf-8", "replace"), number(m.start()),
                           "a port line outside any node block")
                 elif port and peer_port and (port >= len(cur_peers) or cur_peers[port] == NO_PEER):
-                    first_sight(r.cur, port, peer_port, *m.group(2, 4, 5), m.start())
+                    self.first_sight(r.cur, port, peer_port, *m.group(2, 4, 5), m.start())
                     cur_peers = nodes[r.cur].peers
             elif last == 9 or last == 8:  # a CA block, with its port lines
-                nports, key, desc, ports = m.group(6, 7, 8, 9)
-                i = by_key.get(key)
-                if i is None:
-                    text = desc.decode("utf-8", "replace")
-                    i = node_at(key, HCA, text, int(nports), number(m.start()))
-                node = nodes[i]
-                if node.line == 0 or node.kind == SWITCH or len(node.peers) <= int(nports):
-                    node.nports = max(node.nports, int(nports))
-                    node.grow(node.nports)
-                    node.line = node.line or number(m.start())
-                node.kind = HCA  # an aggregation node is told apart by _finish, from its description
-                node.desc = desc.decode("utf-8", "replace")
-                r.cur = i
-                cur_peers = node.peers
-                if ports and not (ports.startswith(b"[1](") and cur_peers[1] != NO_PEER
-                                  and ports.count(b"\n") == 1):
-                    for pm in _CA_PORT.finditer(ports):
-                        port = int(pm.group(1))
-                        if port and (port >= len(cur_peers) or cur_peers[port] == NO_PEER):
-                            first_sight(i, port, int(pm.group(3)), *pm.group(2, 4, 5), m.start(9) + pm.start())
-                            cur_peers = node.peers
+                cur_peers = self.ca_block(m)
             elif last == 13:  # a switch block, with its port lines
-                nports, key, desc, ports = m.group(10, 11, 12, 13)
-                n = number(m.start(10))
-                i = by_key.get(key)
-                if i is None:
-                    i = node_at(key, SWITCH, None, int(nports), n)
-                node = nodes[i]
-                node.nports = max(node.nports, int(nports))
-                node.grow(node.nports)
-                node.line = node.line or n
-                node.desc, node.kind = desc.decode("utf-8", "replace"), SWITCH
-                r.cur = i
-                cur_peers = node.peers
-                if ports:
-                    at_ports = m.start(13)
-                    for port, key, peer_port, desc, rate in _SW_PORT.findall(ports):
-                        port = int(port)
-                        if port < len(cur_peers) and cur_peers[port] != NO_PEER:
-                            continue  # seen from the other end already
-                        peer_port = int(peer_port)
-                        if port and peer_port:
-                            first_sight(i, port, peer_port, key, desc, rate, at_ports, ports)
-                            cur_peers = node.peers
+                cur_peers = self.switch_block(m)
             elif last == 15:  # any other line
                 r.line(m.group(15), number(m.start()))
                 cur_peers = nodes[r.cur].peers if r.cur >= 0 else None
             m = match()
-        line0 += chunk.count(b"\n")
-    return _finish(r)
+        self.lines += chunk.count(b"\n")
+
+    def ca_block(self, m: re.Match) -> array:
+        """A whole CA block: the node, made the current one, and each of its links not recorded yet.
+        Returns the node's port array."""
+        nports, key, desc, ports = m.group(6, 7, 8, 9)
+        i = self.by_key.get(key)
+        if i is None:
+            text = desc.decode("utf-8", "replace")
+            i = self.fab.node(key, HCA, text, int(nports), self.number(m.start()))
+        node = self.nodes[i]
+        if node.line == 0 or node.kind == SWITCH or len(node.peers) <= int(nports):
+            node.nports = max(node.nports, int(nports))
+            node.grow(node.nports)
+            node.line = node.line or self.number(m.start())
+        node.kind = HCA  # an aggregation node is told apart by _finish, from its description
+        node.desc = desc.decode("utf-8", "replace")
+        self.r.cur = i
+        cur_peers = node.peers
+        if ports and not (ports.startswith(b"[1](") and cur_peers[1] != NO_PEER
+                          and ports.count(b"\n") == 1):
+            for pm in _CA_PORT.finditer(ports):
+                port = int(pm.group(1))
+                if port and (port >= len(cur_peers) or cur_peers[port] == NO_PEER):
+                    self.first_sight(i, port, int(pm.group(3)), *pm.group(2, 4, 5), m.start(9) + pm.start())
+                    cur_peers = node.peers
+        return cur_peers
+
+    def switch_block(self, m: re.Match) -> array:
+        """A whole switch block: the node, made the current one, and each of its links not recorded yet
+        (its port lines taken apart by one findall). Returns the node's port array."""
+        nports, key, desc, ports = m.group(10, 11, 12, 13)
+        n = self.number(m.start(10))
+        i = self.by_key.get(key)
+        if i is None:
+            i = self.fab.node(key, SWITCH, None, int(nports), n)
+        node = self.nodes[i]
+        node.nports = max(node.nports, int(nports))
+        node.grow(node.nports)
+        node.line = node.line or n
+        node.desc, node.kind = desc.decode("utf-8", "replace"), SWITCH
+        self.r.cur = i
+        cur_peers = node.peers
+        if ports:
+            at_ports = m.start(13)
+            first_sight = self.first_sight
+            for port, key, peer_port, desc, rate in _SW_PORT.findall(ports):
+                port = int(port)
+                if port < len(cur_peers) and cur_peers[port] != NO_PEER:
+                    continue  # seen from the other end already
+                peer_port = int(peer_port)
+                if port and peer_port:
+                    first_sight(i, port, peer_port, key, desc, rate, at_ports, ports)
+                    cur_peers = node.peers
+        return cur_peers
+
+    def first_sight(self, cur: int, port: int, peer_port: int, key: bytes, desc: bytes, rate: bytes, pos: int,
+                    lines: bytes | None = None) -> None:
+        """A link not recorded yet: both ends at once (the other end's own line will find it set).
+        `pos` is where the line starts in the chunk, or where `lines` (the block's port lines) do."""
+        fab, nodes = self.fab, self.nodes
+        peer = self.by_key.get(key)
+        if peer is None:
+            peer = fab.node(key, _KINDS.get(key[0], HCA), desc.decode("utf-8", "replace") or None, peer_port)
+        pn, cn = nodes[peer], nodes[cur]
+        if peer_port >= len(pn.peers):
+            pn.grow(peer_port)
+        if port >= len(cn.peers):
+            cn.grow(port)
+        here = cur * PORT_SPAN + port
+        if pn.peers[peer_port] != NO_PEER and pn.peers[peer_port] != here:
+            if lines is not None:
+                pos += max(0, lines.find(b"[%d]" % port))
+            fab.connect(cur, port, peer, peer_port, 0, self.number(pos))  # records the contradiction
+            return
+        code = self.rate_of.get(rate)
+        if code is None:
+            code = self.rate_of[rate] = fab.rate_code(rate.decode("utf-8", "replace"))
+        cn.peers[port] = peer * PORT_SPAN + peer_port
+        pn.peers[peer_port] = here
+        cn.rates[port] = pn.rates[peer_port] = code
+        if pn.desc is None and desc:
+            pn.desc = desc.decode("utf-8", "replace")
 
 
 def _finish(r: _Reader) -> Fabric:
