@@ -28,6 +28,9 @@ EXAMPLES = {
              "gpucluster fabric test inventories/prod --tier spine --json"],
 }
 
+# A subcommand's description and examples print as written, not re-wrapped.
+_RAW = argparse.RawDescriptionHelpFormatter
+
 
 def _epilog(name: str) -> str:
     return "examples:\n" + "".join(f"  {line}\n" for line in EXAMPLES[name]) + EXIT
@@ -379,19 +382,28 @@ def _max_findings(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> None:
-    fmt = argparse.RawDescriptionHelpFormatter
+    """`gpucluster fabric` and its subcommands, in the order its help lists them."""
     p = sub.add_parser("fabric", help="the fabric as built: discover it, verify it against the plan, "
                                       "ibdiagnet topology, RoCE switch QoS, bandwidth test plan",
                        description="The fabric as built against the fabric as planned: read what the fabric "
                        "reports (ibnetdiscover, lldpctl), compare it with the plan's cabling, and derive what the "
                        "switches and the bandwidth tests need from the same spec.", epilog=EXIT)
     fsub = p.add_subparsers(dest="fabric_command", required=True, metavar="SUBCOMMAND")
+    _register_discover(fsub)
+    _register_verify(fsub)
+    _register_topofile(fsub)
+    _register_switch_config(fsub)
+    _register_test_plan(fsub)
+    _register_test(fsub)
 
+
+def _register_discover(fsub) -> None:
+    """`fabric discover`: a dump (or nvidia-smi outputs) read with no spec."""
     d = fsub.add_parser("discover", help="summarise an ibnetdiscover dump without a spec: tiers, hosts, bundles",
                         description="Read what the fabric reports, with no spec: from an ibnetdiscover dump, the "
                         "switch tiers, the hosts and their ports, the bundles of parallel links and what looks "
                         "wrong; from nvidia-smi outputs, the NVLink domains the GPUs formed.",
-                        epilog=_epilog("discover"), formatter_class=fmt)
+                        epilog=_epilog("discover"), formatter_class=_RAW)
     dsrc = d.add_mutually_exclusive_group(required=True)
     dsrc.add_argument("--ibnetdiscover", metavar="FILE",
                       help="output of `ibnetdiscover > FILE` (the full topology, not -l/-p)")
@@ -403,11 +415,14 @@ def register(sub) -> None:
     _max_findings(d)
     d.set_defaults(func=cmd_discover)
 
+
+def _register_verify(fsub) -> None:
+    """`fabric verify`: the fabric as built against the spec's plan, from one of three sources."""
     v = fsub.add_parser("verify", help="compare the discovered fabric with the plan's cabling; exit 1 when it "
                         "differs", description="Compare the fabric as built (ibnetdiscover, lldpctl or nvidia-smi "
                         "outputs) with the plan's cabling and NVLink domains: one finding per fault (a missing, "
                         "extra or swapped cable, a down-rated link, a tray in the wrong domain), each naming the "
-                        "ports and the fix. Exit 1 when they differ.", epilog=_epilog("verify"), formatter_class=fmt)
+                        "ports and the fix. Exit 1 when they differ.", epilog=_epilog("verify"), formatter_class=_RAW)
     v.add_argument("spec", help="the cluster spec (YAML) whose plan is the reference")
     src = v.add_mutually_exclusive_group(required=True)
     src.add_argument("--ibnetdiscover", metavar="FILE", help="InfiniBand: output of `ibnetdiscover > FILE`")
@@ -428,10 +443,13 @@ def register(sub) -> None:
     deprecated_alias(v, "--hosts", "--sites")
     v.set_defaults(func=cmd_verify)
 
+
+def _register_topofile(fsub) -> None:
+    """`fabric topofile`: the plan's InfiniBand cabling as an ibdiagnet topology file."""
     t = fsub.add_parser("topofile", help="write the plan as an ibdiagnet topology file (ibdiagnet -t FILE)",
                         description="Write the plan's InfiniBand cabling as an ibdiagnet topology file, so "
                         "`ibdiagnet -t FILE` checks the fabric against it on the cluster itself.",
-                        epilog=_epilog("topofile"), formatter_class=fmt)
+                        epilog=_epilog("topofile"), formatter_class=_RAW)
     t.add_argument("spec", help="the cluster spec (YAML); its fabric must be InfiniBand")
     t.add_argument("-o", "--output", required=True, metavar="FILE", help="the topology file to write (replaced "
                    "atomically)")
@@ -439,12 +457,15 @@ def register(sub) -> None:
     no_color_flag(t)
     t.set_defaults(func=cmd_topofile)
 
+
+def _register_switch_config(fsub) -> None:
+    """`fabric switch-config`: the switches' RoCE lossless settings, one file per tier."""
     s = fsub.add_parser("switch-config", help="render RoCE lossless QoS for the switches (SONiC config_db "
                         "fragments or Arista EOS, by the switch model's vendor)",
                         description="Render the switches' side of the spec's RoCE lossless settings (trust DSCP, "
                         "PFC on the RoCE priority, ECN, the CNP priority) in the switch vendor's form, from the "
                         "same fabric.roce values the hosts and NCCL get.", epilog=_epilog("switch-config"),
-                        formatter_class=fmt)
+                        formatter_class=_RAW)
     s.add_argument("spec", help="the cluster spec (YAML); its fabric must be RoCE")
     s.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for one file per switch tier "
                    "(files are replaced atomically)")
@@ -452,12 +473,15 @@ def register(sub) -> None:
     no_color_flag(s)
     s.set_defaults(func=cmd_switch_config)
 
+
+def _register_test_plan(fsub) -> None:
+    """`fabric test-plan`: the bandwidth test's pairs and thresholds, from the plan alone."""
     tp = fsub.add_parser("test-plan", help="the bandwidth test `fabric test` runs: pairs per tier and the "
                          "threshold each must reach (no jobs are run)",
                          description="Print the bandwidth test `fabric test` would run, from the plan alone: the "
                          "node pairs per tier and the figure each must reach (line rate x efficiency, divided by "
                          "the oversubscription the pair crosses). Nothing is submitted.",
-                         epilog=_epilog("test-plan"), formatter_class=fmt)
+                         epilog=_epilog("test-plan"), formatter_class=_RAW)
     tp.add_argument("spec", help="the cluster spec (YAML)")
     tp.add_argument("--tier", default="all-tiers", choices=["leaf", "spine", "core", "rail", "all", "all-tiers"],
                     help="leaf: pairs under one leaf; spine/core: pairs across them; rail: each rail on its own "
@@ -473,6 +497,9 @@ def register(sub) -> None:
     no_color_flag(tp)
     tp.set_defaults(func=cmd_test_plan)
 
+
+def _register_test(fsub) -> None:
+    """`fabric test`: the bandwidth test as Slurm jobs, with the settings of those jobs."""
     ft = fsub.add_parser("test", help="measure the fabric through Slurm: pairs under a leaf, across the spine and "
                          "core, each rail, the whole cluster; thresholds from the plan; slow results localised",
                          description="Bandwidth tests as Slurm jobs, submitted from the inventory's login (else "
@@ -481,7 +508,7 @@ def register(sub) -> None:
                          "(HCAs and perftest), or iperf3 over the container network on staged nodes (the staging "
                          "stand-in for the transport). Each result is judged against link speed x lanes x "
                          "efficiency / the oversubscription it crosses; a slow node or uplink is named with the "
-                         "results that point at it (docs/fabric.md).", epilog=_epilog("test"), formatter_class=fmt)
+                         "results that point at it (docs/fabric.md).", epilog=_epilog("test"), formatter_class=_RAW)
     ft.add_argument("inventory", help="inventory folder (hosts.yml) or file, as `gpucluster inventory` writes it")
     ft.add_argument("--tier", default="all-tiers", choices=["leaf", "spine", "core", "rail", "all", "all-tiers"],
                     help="leaf: pairs under one leaf; spine/core: pairs across them; rail: each rail on its own "
