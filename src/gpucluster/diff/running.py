@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import hostlist
 
 from gpucluster import slurmtext
+from gpucluster.slurmclient import Client, SlurmError
 
 Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
 STATES = "RUNNING,COMPLETING,CONFIGURING,SUSPENDED"
@@ -33,14 +34,15 @@ class Job:
         return {"id": self.id, "user": self.user, "name": self.name, "nodes": self.nodelist}
 
 
-def local_runner(cmd: Sequence[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(list(cmd), capture_output=True, text=True, timeout=60, check=False)
+LOCAL = Client(timeout=60)  # the Slurm clients on this machine, through the one Slurm client
 
 
-def running_jobs(run: Runner = local_runner) -> tuple[list[Job] | None, str | None]:
+def running_jobs(run: Runner = LOCAL) -> tuple[list[Job] | None, str | None]:
     """(jobs, None) when the controller answered; (None, why) when it did not."""
     try:
         found = slurmtext.read_jobs(run, STATES.split(","))
+    except SlurmError as exc:
+        return None, str(exc)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"squeue: {exc}"
     except slurmtext.SlurmOutputError as exc:
