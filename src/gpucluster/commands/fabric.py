@@ -474,6 +474,13 @@ def _register_switch_config(fsub) -> None:
     s.set_defaults(func=cmd_switch_config)
 
 
+def _tier_argument(p: argparse.ArgumentParser) -> None:
+    """--tier, the same for the plan of the fabric test and for the test itself."""
+    p.add_argument("--tier", default="all-tiers", choices=["leaf", "spine", "core", "rail", "all", "all-tiers"],
+                   help="leaf: pairs under one leaf; spine/core: pairs across them; rail: each rail on its own "
+                   "(rail-optimised fabrics); all: the whole cluster at once; all-tiers: every one (default)")
+
+
 def _register_test_plan(fsub) -> None:
     """`fabric test-plan`: the bandwidth test's pairs and thresholds, from the plan alone."""
     tp = fsub.add_parser("test-plan", help="the bandwidth test `fabric test` runs: pairs per tier and the "
@@ -483,9 +490,7 @@ def _register_test_plan(fsub) -> None:
                          "the oversubscription the pair crosses). Nothing is submitted.",
                          epilog=_epilog("test-plan"), formatter_class=_RAW)
     tp.add_argument("spec", help="the cluster spec (YAML)")
-    tp.add_argument("--tier", default="all-tiers", choices=["leaf", "spine", "core", "rail", "all", "all-tiers"],
-                    help="leaf: pairs under one leaf; spine/core: pairs across them; rail: each rail on its own "
-                    "(rail-optimised fabrics); all: the whole cluster at once; all-tiers: every one (default)")
+    _tier_argument(tp)
     tp.add_argument("--transport", default="nccl", choices=["nccl", "perftest", "iperf3"],
                     help="nccl: all_reduce_perf busbw (GB/s); perftest: ib_write_bw (Gb/s); iperf3: the staging "
                     "stand-in over the container network (Gb/s)")
@@ -510,9 +515,7 @@ def _register_test(fsub) -> None:
                          "efficiency / the oversubscription it crosses; a slow node or uplink is named with the "
                          "results that point at it (docs/fabric.md).", epilog=_epilog("test"), formatter_class=_RAW)
     ft.add_argument("inventory", help="inventory folder (hosts.yml) or file, as `gpucluster inventory` writes it")
-    ft.add_argument("--tier", default="all-tiers", choices=["leaf", "spine", "core", "rail", "all", "all-tiers"],
-                    help="leaf: pairs under one leaf; spine/core: pairs across them; rail: each rail on its own "
-                    "(rail-optimised fabrics); all: the whole cluster at once; all-tiers: every one (default)")
+    _tier_argument(ft)
     ft.add_argument("--via-slurm", action="store_true", help="run the cases as Slurm jobs: the default and the only "
                     "engine (accepted as `validate --via-slurm` takes it)")
     ft.add_argument("--transport", default="auto", choices=["auto", "nccl", "perftest", "iperf3"],
