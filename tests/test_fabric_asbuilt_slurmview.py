@@ -74,9 +74,7 @@ def test_a_missing_host_leaves_its_leaf_line(meta):
     b = built.copy()
     unit = plan.units[3]
     host = plan.spec.group(unit.group).hosts[unit.first + 5]
-    for key in [k for k in b.hcas if k[0] == host]:
-        b.unlink(("H", *key))
-        del b.hcas[key]
+    b.remove_host(host)
     fab, r = _verified(plan, b)
     topo = compare_topology(plan, fab, r.match)
     assert not topo["same_as_plan"]
@@ -118,9 +116,7 @@ def test_cli_writes_the_discovered_topology(meta, tmp_path, capsys):
     plan, built = meta
     b = built.copy()
     host = plan.spec.group("h100").hosts[9]
-    for key in [k for k in b.hcas if k[0] == host]:
-        b.unlink(("H", *key))
-        del b.hcas[key]
+    b.remove_host(host)
     dump = tmp_path / "dump.txt"
     dump.write_text(b.ibnetdiscover())
     out = tmp_path / "wires"

@@ -209,9 +209,7 @@ def test_host_missing_from_the_dump(meta):
     plan, built = meta
     b = built.copy()
     host = plan.spec.group("h100").hosts[9]
-    for key in [k for k in b.hcas if k[0] == host]:
-        b.unlink(("H", *key))
-        del b.hcas[key]
+    b.remove_host(host)
     r = run(plan, b)
     assert kinds(r) == Counter({"missing-link": 1})
     assert r.findings[0].detail == {"device": host, "links": plan.rails}
