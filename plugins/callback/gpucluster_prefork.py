@@ -4,11 +4,11 @@ Ansible runs every task of every host in a worker process forked from the contro
 filters and tests (`| default`, `| gpucluster_failed_checks`, `is abs`, ...) are found and wrapped the first time
 a template uses one, and that cache lives in the process that used it. Nothing in the controller process
 templates a filter before the first task, so every worker rebuilt the whole cache for itself and threw it away
-when it exited: 7.4 ms of this machine's CPU per task that uses a filter (bench/converge-prefork.json). Filled
-here, in `v2_playbook_on_start`, every worker inherits it from the fork.
+when it exited: 7.4 ms of this machine's CPU per task that uses a filter (docs/roles.md, "Where a host-task's
+cost goes"). Filled here, in `v2_playbook_on_start`, every worker inherits it from the fork.
 
 It changes no result and prints nothing. Enabled by ansible.cfg (`callbacks_enabled`), by `gpucluster
-configure` (configure/playbook.py) and by the pull bundle's settings (configure/bundle.py).
+configure` (configure/playbook.py) and on a node by `gpucluster-pull` (node/pullrunner.py).
 """
 
 from ansible.plugins.callback import CallbackBase

@@ -1,6 +1,6 @@
-"""Reaching Slurm from the operator's machine, in one place: rollout, `fabric test`, `validate --via-slurm` and
-`health status` run Slurm's clients (and the few commands around them: a bundle unpacked, a file read) through
-one `Client`.
+"""Reaching Slurm from the operator's machine, in one place: rollout, `diff --inventory`, `fabric test`,
+`validate --via-slurm` and `health status` run Slurm's clients (and the few commands around them: a bundle
+unpacked, a file read) through one `Client`.
 
 - Where: here (no host: the clients of a controller or login node, with the environment's SLURM_CONF), or on
   an inventory host over SSH, as Ansible reaches it. The SSH command line is the host's own `ssh_argv`
