@@ -499,6 +499,23 @@ class HealthActive(Strict):
                                             description="nccl-allreduce: bus bandwidth floor")
 
 
+XidAction = Literal["record", "drain", "reboot", "service"]
+
+
+class HealthBreaker(Strict):
+    """Automatic drains stop past these limits, until an operator resets the breaker (docs/health.md)."""
+
+    enabled: Bool = True
+    window_minutes: Int = Field(default=60, ge=5, le=7 * 24 * 60,
+                                description="automatic drains are counted over this window")
+    drains_pct: Num = Field(default=5.0, gt=0, le=100,
+                            description="most automatic drains per window, as a share of the node group")
+    out_of_service_pct: Num = Field(default=10.0, gt=0, le=100,
+                                    description="no automatic drain once this share of the group is out of service")
+    min_nodes: Int = Field(default=2, ge=1, le=100_000,
+                           description="each limit is at least this many nodes (small groups)")
+
+
 class Health(Strict):
     enabled: Bool = True
     interval: Int = Field(default=300, ge=5, le=86400, description="HealthCheckInterval, seconds")
@@ -513,6 +530,13 @@ class Health(Strict):
     link_downed_max: Int = Field(default=0, ge=0, le=1_000_000,
                                  description="link_downed increase per run a port may have")
     skip: tuple[HealthCheckName, ...] = Field(default=(), description="checks not run (names as in docs/health.md)")
+    fail_after: Int = Field(default=3, ge=1, le=100,
+                            description="failing runs in a row before a check of a shared or transient cause "
+                                        "(mounts, munge) drains; hardware checks drain on the first")
+    breaker: HealthBreaker = Field(default_factory=HealthBreaker)
+    xid_actions: dict[Annotated[int, Field(ge=1, le=1000)], XidAction] = Field(
+        default_factory=dict, description="site overrides of the XID table: XID number to record, drain, reboot "
+                                          "or service")
     active: HealthActive = Field(default_factory=HealthActive)
 # ---- end of the driver stacks and node health block ------------------------------------------------
 
