@@ -4,8 +4,10 @@ and the nodes' state files, and the report: drained nodes by reason, by whom, si
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -122,3 +124,70 @@ def test_the_node_table_is_what_status_asks_for_and_anything_else_is_refused() -
         status.merge(SHOW, SINFO, {})
     with pytest.raises(slurmtext.SlurmOutputError, match=r"line 1: .* is not TIME\|USER"):
         status.parse_sinfo_reasons("a\n" + SINFO)
+
+
+# ---------------------------------------------------------------- the circuit breaker in status and reset-breaker
+
+BREAKER_RES = (
+    "ReservationName=gpc_drain_gpu01 StartTime=2026-11-28T13:00:00 Flags=ANY_NODES Users=root "
+    "Licenses=gpc_drain_gpu:1 State=ACTIVE\n"
+    "ReservationName=gpc_breaker_gpu.2_drains_in_60_min.mount-flash_on_3_nodes StartTime=2026-11-28T13:01:00 "
+    "Flags=ANY_NODES Users=root Licenses=gpc_breaker_gpu:1 State=ACTIVE\n"
+    "ReservationName=maint StartTime=2026-11-28T13:00:00 Flags=MAINT Users=root Licenses=(null) State=ACTIVE\n")
+BREAKER_LIC = ("LicenseName=gpc_breaker_gpu Total=1 Used=0 Free=1 Reserved=1 Remote=no\n"
+               "LicenseName=gpc_drain_gpu Total=2 Used=0 Free=2 Reserved=1 Remote=no\n")
+
+
+def test_the_report_shows_each_groups_breaker(rows) -> None:
+    from gpucluster.health import breakerstate
+
+    breakers = breakerstate.breakers(BREAKER_RES, BREAKER_LIC)
+    text = status.format_breakers(breakers)
+    assert text == ("circuit breaker:\n  gpu: OPEN since 2026-11-28T13:01:00: 2 drains in 60 min; mount-flash on 3 "
+                    "nodes (drain tokens 1 of 2 used in this window; gpucluster health reset-breaker INVENTORY "
+                    "--group gpu)\n")
+    doc = status.report_json(rows, breakers)
+    assert [r["name"] for r in doc["nodes"]] == ["gpu01", "gpu02", "gpu03", "gpu04"]
+    assert doc["breakers"][0]["state"] == "open" and doc["breakers"][0]["tokens_used"] == 1
+
+
+class FakeSlurm:
+    """slurmclient.Client on the controller: answers scontrol from BREAKER_RES; refuses to delete `refuse`."""
+
+    calls: ClassVar[list] = []
+    refuse = ""
+
+    def __init__(self, host, timeout=0):
+        self.where = "ctl01"
+
+    def check(self, argv):
+        FakeSlurm.calls.append(list(argv))
+        return subprocess.CompletedProcess(argv, 0, BREAKER_RES, "")
+
+    def __call__(self, argv):
+        FakeSlurm.calls.append(list(argv))
+        rc = 1 if argv[-1] == FakeSlurm.refuse else 0
+        return subprocess.CompletedProcess(argv, rc, "", "Requested reservation is invalid" * rc)
+
+
+@pytest.mark.parametrize("refuse", ["", "gpc_drain_gpu01"])
+def test_reset_breaker_deletes_the_latch_and_the_tokens_on_the_controller(monkeypatch, refuse) -> None:
+    from gpucluster.health import remote
+    from gpucluster.inventory import reader
+    from gpucluster.slurmclient import SlurmError
+
+    monkeypatch.setattr(reader, "load_inventory", lambda path: object())
+    monkeypatch.setattr(remote, "slurm_host", lambda inv, purpose, groups=(): groups)
+    monkeypatch.setattr(remote, "Client", FakeSlurm)
+    FakeSlurm.calls, FakeSlurm.refuse = [], refuse
+    latch = "gpc_breaker_gpu.2_drains_in_60_min.mount-flash_on_3_nodes"
+    if refuse:
+        with pytest.raises(SlurmError, match="gpc_drain_gpu01 on ctl01 failed"):
+            remote.reset_breaker("inv", "gpu")
+    else:
+        assert remote.reset_breaker("inv", "gpu") == ["gpc_drain_gpu01", latch]
+    assert FakeSlurm.calls == [["scontrol", "show", "reservation", "-o"],
+                               ["scontrol", "delete", "reservation", "gpc_drain_gpu01"],
+                               ["scontrol", "delete", "reservation", latch]]  # the rest is still tried
+    FakeSlurm.calls = []
+    assert remote.reset_breaker("inv", "h100") == [] and len(FakeSlurm.calls) == 1

@@ -2,7 +2,9 @@
 
   gpucluster health render SPEC -o DIR      what the slurm_health role installs, and the slurm.conf lines
   gpucluster health install INVENTORY       playbooks/health.yml through ansible-runner (as configure does)
-  gpucluster health status INVENTORY        drained nodes by reason, since when, and each node's last checks
+  gpucluster health status INVENTORY        drained nodes by reason, since when, each node's last checks, and
+                                            each group's circuit breaker
+  gpucluster health reset-breaker INVENTORY close a group's open circuit breaker (and start its window over)
 """
 
 from __future__ import annotations
@@ -48,13 +50,30 @@ def cmd_install(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from gpucluster.health import remote, status
 
-    rows = remote.fleet_status(args.inventory, args.limit)
-    sys.stdout.write(status.as_json(rows) + "\n" if args.json else status.format_status(rows))
+    rows, breakers = remote.fleet_report(args.inventory, args.limit)
+    if args.json:
+        print_json(status.report_json(rows, breakers))
+    else:
+        sys.stdout.write(status.format_status(rows) + status.format_breakers(breakers))
+    return 0
+
+
+def cmd_reset_breaker(args: argparse.Namespace) -> int:
+    from gpucluster.health import remote
+
+    deleted = remote.reset_breaker(args.inventory, args.group)
+    if args.json:
+        print_json({"group": args.group, "deleted": deleted})
+    elif deleted:
+        print(f"deleted {len(deleted)} reservations: {', '.join(deleted)}; the breaker of "
+              f"{args.group or 'every group'} is closed and its window starts over")
+    else:
+        print(f"nothing to reset: no breaker reservation for {args.group or 'any group'}")
     return 0
 
 
 def register(sub) -> None:
-    p = sub.add_parser("health", help="node health checks: render, install, status (docs/health.md)",
+    p = sub.add_parser("health", help="node health checks: render, install, status, reset-breaker (docs/health.md)",
                        description="Node health checks that slurmd runs as its HealthCheckProgram: GPUs, fabric, "
                                    "mounts, munge and disk, each with a budget. A failing check drains its node with "
                                    "a gpc: reason; the node resumes by itself once the check passes, and a node "
@@ -88,6 +107,17 @@ def register(sub) -> None:
                       formatter_class=argparse.RawDescriptionHelpFormatter)
     s.add_argument("inventory", help="inventory folder (e.g. inventories/staging) or its hosts.yml")
     s.add_argument("--limit", metavar="PATTERN", help="only these compute nodes (an Ansible pattern)")
-    json_flag(s, "one record per node, as JSON")
+    json_flag(s, "as JSON: nodes (one record per node) and breakers (one per compute group)")
     no_color_flag(s)
     s.set_defaults(func=cmd_status)
+    b = hs.add_parser("reset-breaker", help="close an open circuit breaker: automatic drains go on",
+                      description="Delete the circuit breaker's latch and its window's drain tokens (Slurm "
+                                  "reservations gpc_breaker_* and gpc_drain_*) with scontrol on the first controller, "
+                                  "so the health checks drain nodes again; see health status for why it opened.",
+                      epilog="example:\n  gpucluster health reset-breaker inventories/prod --group h100",
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    b.add_argument("inventory", help="inventory folder (e.g. inventories/staging) or its hosts.yml")
+    b.add_argument("--group", metavar="GROUP", help="only this compute node group's breaker (default: every group)")
+    json_flag(b, "the group and the reservations deleted, as JSON")
+    no_color_flag(b)
+    b.set_defaults(func=cmd_reset_breaker)

@@ -1,4 +1,5 @@
-"""The SSH part of `gpucluster health status` and its entry point, fleet_status (the parsing is status.py's).
+"""The SSH part of `gpucluster health status` and its entry points, fleet_status and fleet_report (the parsing is
+status.py's and breakerstate.py's), and of `gpucluster health reset-breaker` (reset_breaker).
 
 Hosts are the inventory's (anything with .name and .ssh_argv, as inventory.reader.Host), reached through
 gpucluster.slurmclient as Ansible reaches them: batch mode, host keys checked, the inventory's key and options.
@@ -9,7 +10,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from gpucluster.render.health.config import STATE_DIR
-from gpucluster.slurmclient import Client, SlurmError, slurm_host
+from gpucluster.slurmclient import Client, SlurmError, failed, slurm_host
 
 
 def state_files(hosts: list, workers: int = 16, timeout: float = 30) -> tuple[dict[str, str], dict[str, str]]:
@@ -37,13 +38,42 @@ def fleet_status(inventory, limit: str | None = None) -> list:
     from Slurm's node table and reasons, asked of the first login node, else the first controller, and each node's
     state file. Refused (UsageError) where the inventory has no host to ask Slurm from; SlurmError (an
     OperationError) where Slurm does not answer."""
-    from gpucluster.health import status
+    return fleet_report(inventory, limit)[0]
+
+
+def fleet_report(inventory, limit: str | None = None) -> tuple[list, list]:
+    """fleet_status's rows, and each compute group's circuit breaker (health.breakerstate.GroupBreaker), read from
+    the same host in the same way."""
+    from gpucluster.health import breakerstate, status
     from gpucluster.inventory.reader import load_inventory
 
     inv = load_inventory(inventory)
     slurm = Client(slurm_host(inv, "to ask Slurm from"), timeout=60)
-    texts = [slurm.check(argv).stdout for argv in (status.SHOW_NODES, status.SINFO_REASONS)]
+    asked = (status.SHOW_NODES, status.SINFO_REASONS, breakerstate.RESERVATIONS, breakerstate.LICENSES)
+    texts = [slurm.check(argv).stdout for argv in asked]
     nodes = [n for n in inv.select(limit) if n in inv.group("slurm_compute")]
     raw, errors = state_files([inv.hosts[n] for n in nodes])
     states = {n: status.parse_state_file(t) for n, t in raw.items()}
-    return status.merge(texts[0], texts[1], states, errors, nodes)
+    return status.merge(texts[0], texts[1], states, errors, nodes), breakerstate.breakers(texts[2], texts[3])
+
+
+def reset_breaker(inventory, group: str | None = None) -> list[str]:
+    """`gpucluster health reset-breaker`: delete the latch and the window's drain tokens of `group` (None: every
+    group) with scontrol on the first controller; the reservations deleted, by name. SlurmError when scontrol
+    refuses one (the rest are still tried first)."""
+    from gpucluster.health import breakerstate
+    from gpucluster.inventory.reader import load_inventory
+
+    inv = load_inventory(inventory)
+    slurm = Client(slurm_host(inv, "to run scontrol on (reset-breaker deletes reservations)",
+                              ("slurm_controller",)), timeout=60)
+    deleted, errors = [], []
+    for argv in breakerstate.reset_commands(slurm.check(breakerstate.RESERVATIONS).stdout, group):
+        res = slurm(argv)
+        if res.returncode == 0:
+            deleted.append(argv[-1])
+        else:
+            errors.append(failed(argv, res, slurm.where))
+    if errors:
+        raise errors[0]
+    return deleted

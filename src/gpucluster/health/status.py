@@ -1,7 +1,8 @@
 """`gpucluster health status`: drained nodes by reason, who drained them and since when, and each node's
 last check results. Pure functions over Slurm's own output and the nodes' state files; the SSH that
-fetches them is remote.py. The node table is read as JSON (slurmtext): a reason is data, whatever it holds
-(a newline, ` State=IDLE`, `|`), and its user and time come with it.
+fetches them is remote.py; each group's circuit breaker is breakerstate.py's. The node table is read as JSON
+(slurmtext): a reason is data, whatever it holds (a newline, ` State=IDLE`, `|`), and its user and time come
+with it.
 """
 
 from __future__ import annotations
@@ -144,6 +145,19 @@ def format_status(rows: list[NodeStatus], now: float | None = None) -> str:
         if passing:
             lines.append(f"    ok: {', '.join(passing)}")
     return "\n".join(lines) + "\n"
+
+
+def format_breakers(breakers: list) -> str:
+    """Each compute group's circuit breaker (health.breakerstate.GroupBreaker): closed, or open since when and why,
+    and the drain tokens used of the window's count."""
+    from gpucluster.health.breakerstate import format_breakers
+
+    return format_breakers(breakers)
+
+
+def report_json(rows: list[NodeStatus], breakers: list) -> dict:
+    """`health status --json`: {"nodes": as_json's records, "breakers": one record per compute group}."""
+    return {"nodes": json.loads(as_json(rows)), "breakers": [b.as_json() for b in breakers]}
 
 
 def as_json(rows: list[NodeStatus]) -> str:

@@ -12,7 +12,7 @@ pure drain/resume decision; `slurmctl.py` reads and changes the node's state wit
 `privmunge.py`'s private munged when the node's own is down.
 """
 
-FILES = ("runner.py", "checks.py", "decide.py", "slurmctl.py", "privmunge.py")
+FILES = ("runner.py", "checks.py", "decide.py", "slurmctl.py", "privmunge.py", "breaker.py")
 # The other node programs, each installed by its own role under its command name (not health scripts).
 PROGRAMS = {"pullrunner.py": "gpucluster-pull", "roceqos.py": "gpucluster-roce-qos"}
 

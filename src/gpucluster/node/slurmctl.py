@@ -161,6 +161,33 @@ class Session:
         that went DOWN meanwhile stays DOWN (RESUME would mark it up). Slurm 20.11 and later have it."""
         return self.update_if(node, seen, ["state=undrain"])
 
+    def show_nodes(self, hostlist: str) -> tuple[dict[str, dict[str, str]] | None, str]:
+        """Every node of a hostlist (`gpu[001-512]`), read at once: Slurm expands the list."""
+        rc, text = self.call(["show", "node", "-o", hostlist])
+        return (parse_nodes(text), "") if rc == 0 else (None, text)
+
+    def reservations(self) -> tuple[list[dict[str, str]] | None, str]:
+        rc, text = self.call(["show", "reservation", "-o"])
+        return (parse_reservations(text), "") if rc == 0 else (None, text)
+
+    def license_total(self, name: str) -> tuple[int | None, str]:
+        rc, text = self.call(["show", "license", "-o", name])
+        return (parse_license_total(text, name), "") if rc == 0 else (None, text)
+
+    def reserve(self, name: str, license: str, duration: str, comment: str = "") -> tuple[int, str]:
+        """A reservation of one `license` and no nodes (Flags=ANY_NODES: Slurm 22.05 to 26.05 refuse a
+        reservation of licenses alone without it), from now for `duration` (minutes, or UNLIMITED). slurmctld
+        refuses it when the license's count is all reserved ("Invalid license specification") or the name is
+        taken ("Duplicate reservation name"), each atomically. `comment` where the line has Comment= (24.11
+        and 26.05 do; 22.05's scontrol refuses the key before asking slurmctld, and the call is made without it)."""
+        args = ["create", "reservation", f"ReservationName={name}", f"Licenses={license}:1", "StartTime=now",
+                f"Duration={duration}", "Users=root", "Flags=ANY_NODES"]
+        if comment:
+            rc, text = self.call([*args, f"Comment={comment}"])
+            if not (rc != 0 and "Unknown parameter Comment" in text):
+                return rc, text
+        return self.call(args)
+
     def close(self) -> None:
         if self.private is not None:
             self.private.stop()
@@ -181,3 +208,43 @@ def _munge_line(text: str) -> str:
     """The part of scontrol's message that says what munge lacked."""
     m = re.search(r"munge encode failed: ([^(]*)", text, re.IGNORECASE)
     return m.group(1).strip() if m else text
+
+
+# ---------------------------------------------------------------- reservations (the circuit breaker's tokens)
+
+_COMMENT = re.compile(r"\sComment=")
+
+
+def parse_reservations(text: str) -> list[dict[str, str]]:
+    """`scontrol show reservation -o`: one dict per line that starts with ReservationName=. Comment (24.11 and
+    26.05 print it last, when set) is free text: everything after the first ` Comment=`, never read for fields;
+    a comment holding a newline cannot add a record that a line of its own starts (an admin could still forge
+    one: that needs the rights to create reservations anyway)."""
+    out = []
+    for line in text.splitlines():
+        if not line.startswith("ReservationName="):
+            continue
+        at = _COMMENT.search(line)
+        fields = dict(_FIELD.findall(line[:at.start()] if at else line))
+        fields["Comment"] = line[at.end():].strip() if at else ""
+        out.append(fields)
+    return out
+
+
+def licenses_of(reservation: dict[str, str]) -> dict[str, int]:
+    """A reservation's Licenses=a:1,b:2 (or a*1 on older output) as {name: count}; (null) is none."""
+    out: dict[str, int] = {}
+    for item in reservation.get("Licenses", "").split(","):
+        name, _sep, count = item.replace("*", ":").partition(":")
+        if name and name != "(null)":
+            out[name] = int(count) if count.isdigit() else 1
+    return out
+
+
+def parse_license_total(text: str, name: str) -> int | None:
+    """`scontrol show license -o NAME` -> its Total, None when Slurm does not list that license."""
+    for line in text.splitlines():
+        fields = dict(_FIELD.findall(line))
+        if fields.get("LicenseName") == name and fields.get("Total", "").isdigit():
+            return int(fields["Total"])
+    return None

@@ -1,7 +1,8 @@
 """The slurm.conf lines the health checks need, from the spec's health: section.
 
 The slurm.conf template (templates/) takes these lines as they are (docs/health.md, "Wiring"): the program
-path, the interval, which node states run it, and the license that caps the active checks.
+path, the interval, which node states run it, and one Licenses= line: the license that caps the active checks
+and the circuit breaker's tokens and latch per compute group (render/health/breakerconf.py).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import math
 
 from gpucluster.cluster import Cluster
+from gpucluster.render.health import breakerconf
 
 PROGRAM = "/usr/local/sbin/gpucluster-health"
 LIB_DIR = "/usr/local/lib/gpucluster/health"
@@ -42,6 +44,8 @@ def slurm_conf_lines(cluster: Cluster) -> list[str]:
         return []
     lines = [f"HealthCheckProgram={PROGRAM}", f"HealthCheckInterval={health.interval}",
              f"HealthCheckNodeState={health.node_state}"]
-    if health.active.checks:
-        lines.append(f"Licenses={LICENSE}:{license_count(cluster)}")
+    licenses = [f"{LICENSE}:{license_count(cluster)}"] if health.active.checks else []
+    licenses += breakerconf.license_entries(cluster)
+    if licenses:
+        lines.append(f"Licenses={','.join(licenses)}")
     return lines
