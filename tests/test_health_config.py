@@ -59,7 +59,8 @@ def test_every_compute_group_checks_what_the_spec_and_plan_say(clusters, name: s
 def test_staging_checks_the_stand_in_gpus_and_both_storage_tiers(clusters) -> None:
     config = node_configs(clusters["staging"])["gpu"]
     names = [c["name"] for c in config["checks"]]
-    assert names == ["munge", "gpu-count", "gpu-ecc", "mount-flash", "mount-home", "disk-tmp", "disk-spool"]
+    assert names == ["munge", "gpu-count", "gpu-ecc", "gpu-xid", "mount-flash", "mount-home", "disk-tmp",
+                     "disk-spool"]
     home = next(c for c in config["checks"] if c["name"] == "mount-home")
     assert home["skip_record"] == "/var/lib/gpucluster/skipped/nfs-mount-home-shared.mount"
 
@@ -74,6 +75,24 @@ def test_skip_and_thresholds_come_from_the_spec(tmp_path: Path) -> None:
     assert {c["timeout"] for c in config["checks"]} == {7} and config["run_budget"] == 17
     assert next(c for c in config["checks"] if c["name"] == "disk-spool")["min_free_pct"] == 12.5
     assert config["resume_after"] == 2 and config["interval"] == 60
+
+
+def test_fail_after_and_the_xid_overrides_come_from_the_spec(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text(staging_with_health("health:\n  fail_after: 5\n  xid_actions: {13: drain, "
+                                                         "79: service}\n"))
+    config = node_configs(load_cluster(tmp_path / "s.yaml"))["gpu"]
+    assert config["fail_after"] == 5
+    xid = next(c for c in config["checks"] if c["name"] == "gpu-xid")
+    assert xid["xid_actions"] == {"13": "drain", "79": "service"} and xid["kernel_log"] == "kmsg"
+
+
+def test_gpu_xid_runs_on_gpu_groups_only(clusters) -> None:
+    for name, cluster in clusters.items():
+        for group_name, config in node_configs(cluster).items():
+            group = cluster.spec.group(group_name)
+            has = any(c["name"] == "gpu-xid" for c in config["checks"])
+            assert has == bool(group.gpu and group.gpus_per_node), f"{name}/{group_name}"
+            assert config["fail_after"] == cluster.spec.health.fail_after
 
 
 def test_slurm_conf_lines_and_the_license_cap(tmp_path: Path) -> None:

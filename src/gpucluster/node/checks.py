@@ -6,7 +6,7 @@ Why one process per check: the runner gives each check a time budget and kills t
 when it overruns (a stat on a dead NFS server, a wedged nvidia-smi), so a hung check costs its budget
 and never the runner, slurmd or a job prolog. Standard library only: nodes have python3, not gpucluster.
 
-What a check reads is where the host keeps it (/sys, /dev, /proc/self/mountinfo, the tools on PATH);
+What a check reads is where the host keeps it (/sys, /dev, /dev/kmsg, /proc/self/mountinfo, the tools on PATH);
 GPC_HEALTH_ROOT prefixes the file paths so the tests can hand it a fake tree.
 """
 
@@ -23,6 +23,11 @@ import stat
 import subprocess
 import sys
 import time
+
+try:
+    from . import xid
+except ImportError:  # run as a script on a node: the files sit side by side
+    import xid
 
 BUILTIN = ("gpu-count", "gpu-ecc", "fabric-manager", "nvlink-fabric", "hca-ports", "link-flap", "munge", "disk-tmp",
            "disk-spool")
@@ -283,6 +288,21 @@ def _amd_ras(limit: int) -> tuple[bool, str]:
     if not seen:
         return True, "not checked: no amdgpu RAS counters in /sys/class/drm (no AMD driver loaded)"
     return (False, "; ".join(bad)) if bad else (True, f"no uncorrected ECC errors on {seen} GPUs")
+
+
+def gpu_xid(check: dict) -> tuple[bool, str, dict]:
+    """GPU errors the driver logged since the last run (xid.py: NVIDIA Xid and SXid, amdgpu RAS and resets), each
+    mapped by the table to record, drain, reboot or service; fails for drain and above. Where the last run stopped
+    reading is in state.json (the runner keeps this check's data there), read here and never written."""
+    try:
+        with open(os.path.join(check["state_dir"], "state.json")) as fh:
+            state = json.load(fh)
+        previous = state["checks"]["gpu-xid"]["data"]
+    except (OSError, ValueError, KeyError, TypeError):
+        previous = {}
+    overrides = check.get("xid_actions") if isinstance(check.get("xid_actions"), dict) else {}
+    return xid.scan(str(check.get("kernel_log", "kmsg")), previous, overrides,
+                    os.environ.get("GPC_HEALTH_ROOT", "/"))
 
 
 def unit_inactive(check: dict, unit: str, what: str) -> str | None:
@@ -661,15 +681,23 @@ def _size(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
-KINDS = {"gpu-count": gpu_count, "gpu-ecc": gpu_ecc, "service": fabric_manager, "nvlink-fabric": nvlink_fabric,
-         "hca-ports": hca_ports, "link-flap": link_flap, "mount": mount, "munge": munge, "disk": disk}
+KINDS = {"gpu-count": gpu_count, "gpu-ecc": gpu_ecc, "gpu-xid": gpu_xid, "service": fabric_manager,
+         "nvlink-fabric": nvlink_fabric, "hca-ports": hca_ports, "link-flap": link_flap, "mount": mount,
+         "munge": munge, "disk": disk}
+
+
+def run_with_data(check: dict) -> tuple[bool, str, dict | None]:
+    """(ok, message, data): `data` is what the check keeps for its next run (None for most checks)."""
+    try:
+        out = KINDS[check["kind"]](check)
+    except CheckError as exc:
+        return False, str(exc), None
+    return (out[0], out[1], out[2] if len(out) > 2 else None)
 
 
 def run_check(check: dict) -> tuple[bool, str]:
-    try:
-        return KINDS[check["kind"]](check)
-    except CheckError as exc:
-        return False, str(exc)
+    ok, message, _data = run_with_data(check)
+    return ok, message
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -678,17 +706,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", required=True)
     args = p.parse_args(argv)
     started = time.monotonic()
+    data = None
     try:
         with open(args.config) as fh:
             config = json.load(fh)
         check = next(c for c in config["checks"] if c["name"] == args.check)
         check = {"state_dir": config.get("state_dir", "/var/lib/gpucluster/health"), **check}
-        ok, message = run_check(check)
+        ok, message, data = run_with_data(check)
     except StopIteration:
         ok, message = False, f"no check named {args.check} in {args.config}"
     except Exception as exc:  # a broken check fails, with its error, rather than vanishing
         ok, message = False, f"check error: {type(exc).__name__}: {exc}"
-    print(json.dumps({"ok": ok, "message": message, "seconds": round(time.monotonic() - started, 3)}))
+    out = {"ok": ok, "message": message, "seconds": round(time.monotonic() - started, 3)}
+    print(json.dumps({**out, "data": data} if data is not None else out))
     return 0 if ok else 1
 
 

@@ -30,10 +30,11 @@ import threading
 import time
 
 try:
-    from . import decide, slurmctl
+    from . import decide, slurmctl, xid
 except ImportError:  # run as a script on a node: the files sit side by side
     import decide
     import slurmctl
+    import xid
 
 DEFAULT_CONFIG = "/etc/gpucluster/health/config.json"
 DEFAULT_STATE_DIR = "/var/lib/gpucluster/health"  # the config names it (render/health/config.py: STATE_DIR)
@@ -85,8 +86,9 @@ def seconds_text(x: float) -> str:
     return f"{round(x)}s" if round(x) >= 1 else f"{x:.1f}s"
 
 
-def _result(name: str, ok: bool, message: str, seconds: float, timed_out: bool = False) -> dict:
-    return {"name": name, "ok": ok, "message": message, "seconds": round(seconds, 3), "timed_out": timed_out}
+def _result(name: str, ok: bool, message: str, seconds: float, timed_out: bool = False, data=None) -> dict:
+    out = {"name": name, "ok": ok, "message": message, "seconds": round(seconds, 3), "timed_out": timed_out}
+    return {**out, "data": data} if isinstance(data, dict) else out
 
 
 def run_one(check: dict, config_path: str, env: dict, limit: float) -> dict:
@@ -116,7 +118,8 @@ def run_one(check: dict, config_path: str, env: dict, limit: float) -> dict:
         return _result(name, proc.returncode == 0, text[:200] or f"exit {proc.returncode}", seconds)
     try:
         data = json.loads(out.strip().splitlines()[-1])
-        return _result(name, bool(data["ok"]), str(data["message"]), seconds)
+        # `data`: what a check keeps for its next run (gpu-xid: where it stopped reading the kernel log)
+        return _result(name, bool(data["ok"]), str(data["message"]), seconds, data=data.get("data"))
     except (ValueError, IndexError, KeyError, TypeError):
         tail = (err or out).strip().splitlines()
         return _result(name, False, f"check crashed: {tail[-1][:160] if tail else f'exit {proc.returncode}'}",
@@ -162,16 +165,36 @@ def save_state(path: str, state: dict) -> None:
 
 
 def record(state: dict, results: list[dict], now: float) -> dict:
-    """Per check: its last result, and since when it has had that outcome. The active checks' results
-    (reported by their Slurm jobs, `active: true`) are kept as they were: a passive run does not repeat
+    """Per check: its last result, since when it has had that outcome, and how many runs in a row it has
+    failed (`fails`, 0 when it passed: decide.HYSTERESIS reads it). A check's `data` (what it keeps for its next
+    run) is kept from the last run that gave one: a check that timed out must not start over. The active checks'
+    results (reported by their Slurm jobs, `active: true`) are kept as they were: a passive run does not repeat
     them, and dropping them would hide the last DCGM, NCCL or IB verdict from `health status`."""
     before = state.get("checks", {})
+    before = before if isinstance(before, dict) else {}
     checks = {name: dict(c) for name, c in before.items() if isinstance(c, dict) and c.get("active")}
     for r in results:
-        old = before.get(r["name"], {})
+        old = before.get(r["name"])
+        old = old if isinstance(old, dict) else {}
         since = old.get("since", now) if old.get("ok") == r["ok"] else now
-        checks[r["name"]] = {**r, "since": since, "last": now}
+        fails = 0 if r["ok"] else _count(old.get("fails")) + 1
+        data = r.get("data", old.get("data"))
+        checks[r["name"]] = {**r, "since": since, "last": now, "fails": fails, **({"data": data} if data else {})}
     return checks
+
+
+def _count(value) -> int:
+    """A count read back from the state file (written by an older runner, or by hand): 0 unless a whole number."""
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
+def ladder(checks: dict) -> str | None:
+    """The highest action the GPU error ladder (xid.py: record < drain < reboot < service) asked for in this
+    run's check data (gpu-xid's), for a later step to act on; None when no check asked."""
+    data = [c["data"] for c in checks.values() if isinstance(c, dict) and isinstance(c.get("data"), dict)]
+    asked = [d.get("ladder") for d in data]
+    asked = [a for a in asked if a in xid.LADDER]
+    return max(asked, key=xid.LADDER.index) if asked else None
 
 
 # ---------------------------------------------------------------- one run
@@ -227,13 +250,18 @@ def run(config_path: str, node: str | None = None, act: bool = True, t0: float |
     failures = [(r["name"], r["message"]) for r in results if not r["ok"]]
     summary = {"node": node, "started": started, "checks": record(state, results, started),
                "passes": int(state.get("passes", 0))}
+    streaks = {name: c["fails"] for name, c in summary["checks"].items() if "fails" in c}
+    asked = ladder(summary["checks"])
+    if asked:
+        summary["ladder"] = asked
     with session(config, env, deadline) as ctl:
         info, why_not = ctl.show(node)
         if info is None:
             summary.update(action="none", why=f"node state unknown, nothing changed: {why_not}")
         else:
             d = decide.decide(info.get("State", ""), info.get("reason", ""), failures, int(state.get("passes", 0)),
-                              int(config.get("resume_after", 3)), resumable(checks, info.get("reason", "")))
+                              int(config.get("resume_after", 3)), resumable(checks, info.get("reason", "")),
+                              streaks, int(config.get("fail_after", 1)))
             summary.update(action=d.action, why=d.why, passes=d.passes, slurm_state=info.get("State", ""),
                            reason=d.reason if d.action == "drain" else info.get("reason", ""))
             # Only if Slurm's reason is still the one decided on (slurmctl.Session.update_if): an operator

@@ -27,6 +27,9 @@ DEVICES = {"nvidia": (r"/dev/nvidia\d+", "nvidia", 0), "amd": (r"/dev/dri/render
 # twice in one CI run while the shared 2-core machine ran two converges. A hung mount still drains within the
 # same health run (the check's budget is 20 s by default).
 MOUNT_STAT_TIMEOUT_S = 15
+# Where gpu-xid reads the kernel log: "kmsg" is /dev/kmsg (sequence numbers: "since the last run" is exact, no
+# journald needed); a path names a text file of kernel lines instead (node/xid.py).
+KERNEL_LOG = "kmsg"
 
 
 def _client_groups(spec, declared) -> list[str]:
@@ -66,6 +69,12 @@ def nvlink_check(rack: NvlinkRack, count: int) -> dict:
     return check
 
 
+def xid_check(cluster: Cluster) -> dict:
+    """GPU errors of the kernel log since the last run (node/xid.py: its table, with the site's overrides)."""
+    overrides = {str(code): action for code, action in sorted(cluster.spec.health.xid_actions.items())}
+    return {"name": "gpu-xid", "kind": "gpu-xid", "kernel_log": KERNEL_LOG, "xid_actions": overrides}
+
+
 def timer_period(interval: int) -> int:
     """How often the node's timer looks whether slurmd has run the checks (a third of the interval)."""
     return max(1, interval // 3)
@@ -94,6 +103,7 @@ def node_config(cluster: Cluster, group_name: str) -> dict:
                        "device_prefix": prefix, "device_first": first})
         checks.append({"name": "gpu-ecc", "kind": "gpu-ecc", "vendor": model.vendor,
                        "max_uncorrected": health.ecc_uncorrected_max})
+        checks.append(xid_check(cluster))
         if needs_fabric_manager(spec, group) and driver_stack(spec, group.name)["fabric_manager"]:
             checks.append({"name": "fabric-manager", "kind": "service", "unit": "nvidia-fabricmanager.service"})
         if model.nvlink_domain is not None:
@@ -116,6 +126,7 @@ def node_config(cluster: Cluster, group_name: str) -> dict:
         "check_timeout": health.check_timeout,
         "run_budget": health.check_timeout + RUN_MARGIN_S,
         "resume_after": health.resume_after,
+        "fail_after": health.fail_after,
         "stale_after": stale_after(health.interval),
         "munge_key": MUNGE_KEY,
         "run_dir": RUN_DIR,
