@@ -53,9 +53,9 @@ def filter_names() -> frozenset[str]:
 
 
 def plugin_names() -> set[str]:
-    """Modules, module utils, filter and callback files and the callbacks a role ships (the pull runner's manifest
-    callback): names a role may write, none of them a variable."""
-    ours = {p.stem for kind in ("modules", "module_utils", "filter", "callback")
+    """Modules, module utils, filter, callback and strategy files and the callbacks a role ships (the pull runner's
+    manifest callback): names a role may write, none of them a variable."""
+    ours = {p.stem for kind in ("modules", "module_utils", "filter", "callback", "strategy")
             for p in (ROOT / "plugins" / kind).glob("*.py")}
     return ours | {p.stem for p in (ROOT / "roles").glob("*/files/callback_plugins/*.py")}
 

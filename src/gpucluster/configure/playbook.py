@@ -296,7 +296,7 @@ class Progress:
 # sets itself): ansible-runner records the environment it ran with in artifacts/<id>/command, and an
 # operator's shell holds tokens and passwords that have no business there.
 PASSED_ENV = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "SSH_AUTH_SOCK", "XDG_RUNTIME_DIR",
-              "GPUCLUSTER_HOME", "GPUCLUSTER_TRACE")
+              "GPUCLUSTER_HOME", "GPUCLUSTER_TRACE", "GPUCLUSTER_STRATEGY_BASE")
 
 
 def _runner_env(env: dict[str, str]) -> dict[str, str]:
@@ -316,6 +316,10 @@ def _runner_env(env: dict[str, str]) -> dict[str, str]:
 STRATEGY_ENV = "GPUCLUSTER_ANSIBLE_STRATEGY"
 DEFAULT_STRATEGY = "mitogen_linear"
 PLAIN_STRATEGY = "linear"
+# plugins/strategy/gpucluster_linear.py: the chosen strategy, with assert, set_fact, debug, include_* and the
+# argument checks run in the controller process instead of a forked worker each. It reads its base's name here.
+INPROCESS_STRATEGY = "gpucluster_linear"
+STRATEGY_BASE_ENV = "GPUCLUSTER_STRATEGY_BASE"
 
 
 def mitogen_strategy_dir() -> Path | None:
@@ -329,10 +333,22 @@ def mitogen_strategy_dir() -> Path | None:
     return folder if (folder / "mitogen_linear.py").is_file() else None
 
 
-def strategy_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+def strategy_env(environ: dict[str, str] | None = None, proj: Path | None = None) -> dict[str, str]:
     """ANSIBLE_STRATEGY (and, for one of Mitogen's, ANSIBLE_STRATEGY_PLUGINS) for a run. A play's own
-    `strategy:` still wins for that play; playbooks/ sets none."""
+    `strategy:` still wins for that play; playbooks/ sets none. Where the project has gpucluster_linear
+    (plugins/strategy/: the controller-only tasks run without a fork), the run uses it over the chosen one."""
     environ = os.environ if environ is None else environ
+    chosen = _base_strategy_env(environ)
+    folder = None if proj is None else proj / "plugins" / "strategy"
+    if folder is None or not (folder / f"{INPROCESS_STRATEGY}.py").is_file():
+        return chosen
+    plugins = [str(folder)] + [p for p in chosen.get("ANSIBLE_STRATEGY_PLUGINS", "").split(os.pathsep) if p]
+    return {"ANSIBLE_STRATEGY": INPROCESS_STRATEGY, "ANSIBLE_STRATEGY_PLUGINS": os.pathsep.join(plugins),
+            STRATEGY_BASE_ENV: chosen["ANSIBLE_STRATEGY"]}
+
+
+def _base_strategy_env(environ: dict[str, str]) -> dict[str, str]:
+    """The strategy an operator or the default chose, and where Ansible finds it (Mitogen's folder)."""
     chosen = environ.get(STRATEGY_ENV, "").strip() or environ.get("ANSIBLE_STRATEGY", "").strip()
     folder = mitogen_strategy_dir()
     name = chosen or (DEFAULT_STRATEGY if folder is not None else PLAIN_STRATEGY)
@@ -406,7 +422,7 @@ def _init(init_runner, pdd: Path, proj: Path, book: Path, inv: Path, extravars: 
             # ansible-runner turns host key checking off unless told otherwise; gpucluster keeps it on.
             "ANSIBLE_HOST_KEY_CHECKING": "True",
             **callback_env(proj),
-            **strategy_env(),
+            **strategy_env(proj=proj),
         },
         event_handler=progress,
         quiet=True,
