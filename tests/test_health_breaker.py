@@ -47,6 +47,7 @@ LICENSES = ("LicenseName=gpc_breaker_gpu Total=1 Used=0 Free=1 Reserved=1 Remote
     (4, 5.0, 2, 2),  # 0.2: the floor
     (20, 5.0, 1, 1),
     (2048, 5.0, 2, 102),
+    (3000, 2.3, 2, 69),  # 3000 * 2.3 / 100 in floats is 68.99999999999999
 ])
 def test_a_limit_is_the_share_rounded_down_and_at_least_the_floor(nodes, pct, floor, want) -> None:
     assert render.limit(nodes, pct, floor) == want
