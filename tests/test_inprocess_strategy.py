@@ -99,7 +99,13 @@ def _play(tmp: Path, strategy: str) -> tuple[subprocess.CompletedProcess, dict[s
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, dict[str, dict]]]:
-    return {s: _play(tmp_path_factory.mktemp(s), s) for s in ("linear", playbook.INPROCESS_STRATEGY)}
+    """Both strategies' runs, side by side (each waits on its hosts' local processes much of the time)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    strategies = ("linear", playbook.INPROCESS_STRATEGY)
+    with ThreadPoolExecutor(len(strategies)) as pool:
+        done = {s: pool.submit(_play, tmp_path_factory.mktemp(s), s) for s in strategies}
+    return {s: future.result() for s, future in done.items()}
 
 
 def test_the_same_results_and_the_same_failure(runs):
