@@ -113,8 +113,9 @@ def shared_cause(nodes: dict[str, dict[str, str]], check: str, node: str) -> tup
 
 def admit(ctl: slurmctl.Session, config: dict, node: str, check: str) -> tuple[bool, str]:
     """Whether this run may drain `node` (not drained yet) for `check`: (True, why) with a token taken, or
-    (False, why) held, nothing changed on the node; the why goes to the run's summary. Makes 2-5 scontrol
-    calls, all within the session's deadline."""
+    (False, why) held, nothing changed on the node; the why goes to the run's summary. Makes one scontrol
+    call while the breaker is open, three when a token is taken, up to six when it opens; all within the session's
+    deadline."""
     s = settings(config)
     if s is None:
         return True, "no circuit breaker configured"
