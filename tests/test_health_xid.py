@@ -326,3 +326,23 @@ def test_the_runner_applies_the_sites_overrides(node) -> None:  # noqa: F811
     _xid_node(node, log, **{"79": "record"})
     node.run()
     assert node.in_slurm["state"] == "IDLE" and node.state["ladder"] == "record"
+
+
+def test_the_docs_table_says_what_the_code_table_does() -> None:
+    """docs/health.md's XID table names each row of xid.XIDS with the same rung."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "health.md").read_text()
+    rows = dict(re.findall(r"^\| (\d+) \| [^|]+ \| `(record|drain|reboot|service)` \|", text, re.M))
+    want = {str(code): action for code, (action, _what, _source) in xid.XIDS.items() if code != 154}
+    assert rows == want
+
+
+def test_an_operator_closes_the_open_errors_after_a_reset_by_hand(node) -> None:  # noqa: F811
+    log = node.tmp / "kern.log"
+    log.write_text(f"{X79}\n")
+    _xid_node(node, log)
+    node.run("--no-act")
+    res = node.run("--clear-xid")
+    assert res.returncode == 0 and "cleared 1 open GPU errors: xid79 on 0000:3b:00.0" in res.stdout
+    node.run("--no-act")
+    assert node.state["checks"]["gpu-xid"]["ok"] is True  # and the log is not read again from its start
+    assert node.run("--clear-xid").stdout.strip() == "gpucluster-health: no open GPU error to clear"

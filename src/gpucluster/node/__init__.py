@@ -13,7 +13,7 @@ reads and changes the node's state with scontrol, through `privmunge.py`'s priva
 down.
 """
 
-FILES = ("runner.py", "checks.py", "decide.py", "slurmctl.py", "privmunge.py", "breaker.py")
+FILES = ("runner.py", "checks.py", "decide.py", "slurmctl.py", "privmunge.py", "breaker.py", "xid.py")
 # The other node programs, each installed by its own role under its command name (not health scripts).
 PROGRAMS = {"pullrunner.py": "gpucluster-pull", "roceqos.py": "gpucluster-roce-qos"}
 

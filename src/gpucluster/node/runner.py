@@ -351,6 +351,20 @@ def report(config_path: str, check: str, ok: bool | None, message: str, node: st
     return state
 
 
+def clear_xid(state_dir: str) -> str:
+    """Close the GPU errors gpu-xid keeps open until a reboot (xid.STICKY), for an operator who recovered the GPU
+    another way (a GPU reset by hand); where the log was read up to is kept, so nothing is read twice."""
+    path = os.path.join(state_dir, "state.json")
+    state = load_state(path)
+    data = state.get("checks", {}).get("gpu-xid", {}).get("data")
+    if not isinstance(data, dict) or not data.get("open"):
+        return "no open GPU error to clear"
+    closed = [f"{e.get('class')} on {e.get('device')}" for e in data["open"] if isinstance(e, dict)]
+    data["open"] = []
+    save_state(path, state)
+    return decide.clean(f"cleared {len(closed)} open GPU errors: {'; '.join(closed)}")
+
+
 def failed_run(config_path: str, node: str | None, what: str, t0: float) -> tuple[bool, str]:
     """The runner itself failed (an exception): drain the node with `gpc:runner: <what>` as a failing check
     would, so a broken runner never leaves a node looking healthy. (drained or left as an operator set it,
@@ -383,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--if-stale", action="store_true",
                    help="only if no run started within the interval (the node's timer, beside slurmd's runs)")
     p.add_argument("--report", metavar="CHECK", help="record an active check's verdict (from its Slurm job)")
+    p.add_argument("--clear-xid", action="store_true",
+                   help="close the GPU errors gpu-xid keeps open until a reboot (the GPU was recovered another way)")
     verdict = p.add_mutually_exclusive_group()
     verdict.add_argument("--failed", metavar="MESSAGE", help="with --report: the check failed, and why")
     verdict.add_argument("--passed", metavar="MESSAGE", help="with --report: the check passed")
@@ -401,6 +417,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     held = None
     try:
+        if args.clear_xid:
+            held = lock(state_dir, REPORT_LOCK_WAIT_S)
+            print(f"gpucluster-health: {clear_xid(state_dir) if held else 'a run holds the lock: nothing cleared'}")
+            return 0 if held else 1
         if args.report:
             if args.failed is None and args.passed is None and args.not_run is None:
                 p.error("--report needs --passed, --failed or --not-run")
