@@ -150,8 +150,8 @@ def test_reset_closes_the_breaker_and_the_out_of_service_share_holds_without_a_t
     c = cluster
     deleted = reset(c)
     assert len(deleted) == DRAINS + 1 and not group_breaker(c).open and group_breaker(c).used == []
-    out = sum(1 for i in slurm_nodes(c).values() if breaker.out_of_service(i["State"]))
-    assert out == DRAINS + 1  # the gpc: drains and the node drained by hand
+    out = sum(1 for i in slurm_nodes(c).values() if decide.is_drained(i["State"]))
+    assert out == DRAINS + 1  # the gpc: drains and the node drained by hand (no node is down or failed here)
     # an operator drains more by hand until the share is reached (none of these nodes is failing)
     extra = [n for n in NODES if n not in FAILING][: OUT_OF_SERVICE - out]
     c.scontrol("update", f"nodename={','.join(extra)}", "state=drain", "reason=maintenance")
