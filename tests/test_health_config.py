@@ -13,7 +13,7 @@ import pytest
 from conftest import EXAMPLES, example_path, example_text
 
 from gpucluster.cluster import load_cluster
-from gpucluster.render.health import active, slurmconf
+from gpucluster.render.health import active, breakerconf, slurmconf
 from gpucluster.render.health import rolefiles as files
 from gpucluster.render.health.config import node_configs
 from gpucluster.spec.stacks import needs_fabric_manager
@@ -105,11 +105,16 @@ def test_slurm_conf_lines_and_the_license_cap(tmp_path: Path) -> None:
     assert nodes == sum(cluster.spec.group(g).count for g in cluster.spec.slurm.partitions[0].groups)
     assert slurmconf.slurm_conf_lines(cluster) == [
         "HealthCheckProgram=/usr/local/sbin/gpucluster-health", "HealthCheckInterval=120",
-        "HealthCheckNodeState=IDLE,CYCLE", f"Licenses=gpc_active:{math.floor(nodes * 2.5 / 100)}"]
+        "HealthCheckNodeState=IDLE,CYCLE",
+        "Licenses=" + ",".join([f"gpc_active:{math.floor(nodes * 2.5 / 100)}", *breakerconf.license_entries(cluster)])]
 
 
 def test_no_active_checks_no_license(clusters) -> None:
-    assert not any(line.startswith("Licenses=") for line in slurmconf.slurm_conf_lines(clusters["staging"]))
+    """No active check: no gpc_active license (the circuit breaker's licenses, render/health/breakerconf.py, stay)."""
+    lines = [line for line in slurmconf.slurm_conf_lines(clusters["staging"]) if line.startswith("Licenses=")]
+    assert all("gpc_active" not in line for line in lines)
+    breaker = breakerconf.license_entries(clusters["staging"])
+    assert lines == ([f"Licenses={','.join(breaker)}"] if breaker else [])
     assert active.files(clusters["staging"]) == {}
 
 
