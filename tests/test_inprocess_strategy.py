@@ -33,8 +33,9 @@ PLAY = '''
       ansible.builtin.assert:
         that: "doubled | int == (inventory_hostname[-1] | int) * 2"
         quiet: true
-    - name: include_vars
-      ansible.builtin.include_vars: vars.yml
+    - name: include_vars, a loop (each item's result goes through the queue while the task runs)
+      ansible.builtin.include_vars: "{{ item }}"
+      loop: [vars.yml, more.yml]
     - name: include_tasks
       ansible.builtin.include_tasks: inc.yml
     - name: a module, in a worker
@@ -61,7 +62,7 @@ PLAY = '''
     - name: what each host ended with
       ansible.builtin.copy:
         content: "{{ {'set_fact': by_set_fact, 'included': by_include, 'module': by_module.stdout, 'until': by_until,
-                     'from_vars': from_vars, 'doubled': doubled} | to_json }}"
+                     'from_vars': from_vars, 'more': more_vars, 'doubled': doubled} | to_json }}"
         dest: "{{ out }}/{{ inventory_hostname }}.json"
         mode: "0600"
 '''
@@ -79,6 +80,7 @@ def _play(tmp: Path, strategy: str) -> tuple[subprocess.CompletedProcess, dict[s
     (tmp / "play.yml").write_text(PLAY)
     (tmp / "inc.yml").write_text(INC)
     (tmp / "vars.yml").write_text("from_vars: read\n")
+    (tmp / "more.yml").write_text("more_vars: also\n")
     (tmp / "ansible.cfg").write_text("[defaults]\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_") and k != playbook.STRATEGY_BASE_ENV}
     env.update({
@@ -88,7 +90,7 @@ def _play(tmp: Path, strategy: str) -> tuple[subprocess.CompletedProcess, dict[s
     })
     res = subprocess.run([sys.executable, "-m", "ansible.cli.playbook", "-i", ",".join(HOSTS) + ",", "-c", "local",
                           "-f", "3", "-u", "root", "-e", f"out={out} ansible_python_interpreter={sys.executable}",
-                          str(tmp / "play.yml")], capture_output=True, text=True, env=env, timeout=180, check=False)
+                          str(tmp / "play.yml")], capture_output=True, text=True, env=env, timeout=90, check=False)
     hosts = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
     for p in out.iterdir():  # what the `when` probe wrote (one line per evaluation), and the guarded task's marks
         if p.name.startswith(("when-", "guard-", "guarded-")):
@@ -125,6 +127,7 @@ def test_the_same_results_and_the_same_failure(runs):
     for host in ("h1", "h2"):
         assert int(ours[host]["doubled"]) == int(plain[host]["doubled"]) == int(host[-1]) * 2
         assert ours[host]["from_vars"] == plain[host]["from_vars"] == "read"
+        assert ours[host]["more"] == plain[host]["more"] == "also"
 
 
 def test_controller_only_tasks_run_in_the_controller_process(runs):

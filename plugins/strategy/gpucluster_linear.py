@@ -99,13 +99,19 @@ class StrategyModule(Base):
         return super()._queue_task(host, task, task_vars, play_context)
 
     def _run_here(self, host, task, task_vars, play_context, executor_class) -> None:
+        # The results thread finds the task of every message by this entry, a loop item's among them, which the
+        # executor sends while it runs: it must be there first.
+        self._queued_task_cache[(host.name, task._uuid)] = {
+            "host": host, "task": task, "task_vars": task_vars, "play_context": play_context}
         own = task.copy()
+        started = executor_class is TaskExecutor  # a predicted skip is announced once it is one (no loop, no items)
+        if started:
+            self._tqm.send_callback("v2_runner_on_start", host, task)
         result = self._execute(executor_class(host, own, task_vars, play_context.copy(), self._loader,
                                               get_plugin_loader_namespace(), self._final_q, self._variable_manager),
                                host, own)
-        self._queued_task_cache[(host.name, task._uuid)] = {
-            "host": host, "task": task, "task_vars": task_vars, "play_context": play_context}
-        self._tqm.send_callback("v2_runner_on_start", host, task)
+        if not started:
+            self._tqm.send_callback("v2_runner_on_start", host, task)
         self._final_q.send_task_result(_RawTaskResult(host=host, task=own, return_data=result,
                                                       task_fields=own.dump_attrs()))
         self._pending_results += 1
