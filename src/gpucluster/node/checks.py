@@ -29,8 +29,8 @@ try:
 except ImportError:  # run as a script on a node: the files sit side by side
     import xid
 
-BUILTIN = ("gpu-count", "gpu-ecc", "fabric-manager", "nvlink-fabric", "hca-ports", "link-flap", "munge", "disk-tmp",
-           "disk-spool")
+BUILTIN = ("gpu-count", "gpu-ecc", "gpu-xid", "fabric-manager", "nvlink-fabric", "hca-ports", "link-flap", "munge",
+           "disk-tmp", "disk-spool")
 NA = ("", "N/A", "[N/A]", "[Not Supported]", "[Unknown Error]")
 STAND_IN = (1, 3)  # /dev/null mapped at a GPU's path: a stand-in on staged nodes, not a GPU
 # Staged nodes whose Slurm constrains devices get a number of their own per GPU instead: major 120, which the

@@ -310,8 +310,8 @@ def driver_stacks(spec: ClusterSpec) -> dict[str, dict]:
 # ---------------------------------------------------------------- node health (docs/health.md)
 
 # The node checks gpucluster ships; per-tier mount checks are named mount-<tier name>.
-HEALTH_CHECKS = ("gpu-count", "gpu-ecc", "fabric-manager", "nvlink-fabric", "hca-ports", "link-flap", "munge",
-                 "disk-tmp", "disk-spool")
+HEALTH_CHECKS = ("gpu-count", "gpu-ecc", "gpu-xid", "fabric-manager", "nvlink-fabric", "hca-ports", "link-flap",
+                 "munge", "disk-tmp", "disk-spool")
 RUN_MARGIN_S = 10  # the runner's own work (scontrol show + update, 5 s each at most) on top of the slowest check
 
 
