@@ -191,3 +191,33 @@ def test_reset_breaker_deletes_the_latch_and_the_tokens_on_the_controller(monkey
                                ["scontrol", "delete", "reservation", latch]]  # the rest is still tried
     FakeSlurm.calls = []
     assert remote.reset_breaker("inv", "h100") == [] and len(FakeSlurm.calls) == 1
+
+
+def test_fleet_report_reads_the_breakers_from_the_same_host(monkeypatch) -> None:
+    from gpucluster.health import breakerstate, remote
+    from gpucluster.inventory import reader
+
+    answers = {tuple(status.SHOW_NODES): SHOW_JSON, tuple(status.SINFO_REASONS): SINFO,
+               tuple(breakerstate.RESERVATIONS): BREAKER_RES, tuple(breakerstate.LICENSES): BREAKER_LIC}
+
+    class Answering(FakeSlurm):
+        def check(self, argv):
+            FakeSlurm.calls.append(list(argv))
+            return subprocess.CompletedProcess(argv, 0, answers[tuple(argv)], "")
+
+    class Inventory:
+        hosts: ClassVar[dict] = {}
+
+        def select(self, limit):
+            return []
+
+        def group(self, name):
+            return []
+
+    monkeypatch.setattr(reader, "load_inventory", lambda path: Inventory())
+    monkeypatch.setattr(remote, "slurm_host", lambda inv, purpose, groups=(): None)
+    monkeypatch.setattr(remote, "Client", Answering)
+    FakeSlurm.calls = []
+    rows, breakers = remote.fleet_report("inv")
+    assert rows == [] and [b.group for b in breakers] == ["gpu"] and breakers[0].open
+    assert sorted(map(tuple, FakeSlurm.calls)) == sorted(answers)
