@@ -3,7 +3,8 @@ Debian roots): one group of 512 nodes, a shared-cause failure on 30 % of them, e
 (show, decide, breaker.admit, drain: what runner.run() does at its drain point) made at once from many
 threads. At most the group's token count is drained, the breaker opens once and names the shared cause, the
 rest is held; a node drained by hand is never touched and counts as out of service; reset-breaker's scontrol
-commands close it; a group with its out-of-service share reached holds the next drain without a token.
+commands close it; a group with its out-of-service share reached holds the next drain without a token; and
+runner.run() itself, with a failing check, is held while the breaker is open and drains once it is reset.
 
 The nodes: slurmctld knows all 512, State=CLOUD (IDLE+CLOUD+POWERED_DOWN, shown with PrivateData=cloud),
 with no slurmd behind them. 512 `slurmd -N` take 40-90 s to register on this 2-core machine, and the breaker
@@ -13,6 +14,7 @@ slurmctld's alone, the same whether a slurmd answers or not.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import tempfile
@@ -24,7 +26,7 @@ import pytest
 
 from gpucluster.emulate import SlurmCluster
 from gpucluster.health import breakerstate as fleet
-from gpucluster.node import breaker, decide, slurmctl
+from gpucluster.node import breaker, decide, runner, slurmctl
 from gpucluster.render.health.breakerconf import limit
 from gpucluster.spec.model import HealthBreaker
 
@@ -161,3 +163,27 @@ def test_reset_closes_the_breaker_and_the_out_of_service_share_holds_without_a_t
     assert row.open and row.used == [] and re.search(rf"{OUT_OF_SERVICE} of {SIZE} (nodes )?out of service", row.why)
     assert f"{CHECK} on {DRAINS + 1} nodes" in row.why, row.why
     assert set(reset(c)) == {row.latch} and not group_breaker(c).open
+
+
+def test_the_runner_asks_the_breaker_before_it_drains(cluster, tmp_path) -> None:
+    """runner.run() as slurmd runs it, a check failing: held (nothing changed in Slurm, `held` in its summary)
+    while the group's out-of-service share is reached; drained, with a token, once an operator has returned
+    their nodes and reset the breaker."""
+    c = cluster
+    node = next(n for n in NODES if n not in FAILING and not decide.is_drained(slurm_nodes(c)[n]["State"]))
+    config = {**CONFIG, "env": c.session_env, "state_dir": str(tmp_path / "state"), "site_dir": str(tmp_path / "no"),
+              "run_budget": 40, "resume_after": 3, "fail_after": 1,
+              "checks": [{"name": "disk-tmp", "kind": "disk", "path": str(tmp_path), "min_free_pct": 100,
+                          "timeout": 10}]}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    summary = runner.run(str(path), node=node)  # the last test left the share reached (its maintenance drains)
+    assert summary["action"] == "held" and summary["breaker"].startswith("held by the breaker"), summary
+    assert not decide.is_drained(slurm_nodes(c)[node]["State"])
+    back = [n for n, i in slurm_nodes(c).items() if i["reason"] == "maintenance"]
+    c.scontrol("update", f"nodename={','.join(back)}", "state=resume")
+    reset(c)
+    summary = runner.run(str(path), node=node)
+    assert summary["action"] == "drain" and summary["applied"] is True, summary
+    assert summary["breaker"].startswith(f"drain token {breaker.token_name(node)} taken"), summary
+    assert slurm_nodes(c)[node]["reason"].startswith("gpc:disk-tmp: ")

@@ -504,7 +504,8 @@ def test_slurm_parameters_merge_over_the_computed_defaults():
     assert params(conf)["Prolog"] == "/etc/slurm/prolog.sh"
     assert (params(conf)["HealthCheckProgram"], params(conf)["HealthCheckInterval"]) == (
         "/usr/local/sbin/gpucluster-health", "60")
-    assert params(conf)["Licenses"] == "matlab:4"  # merged with the health checks' license where they need one
+    # merged with the health checks' licenses (the circuit breaker's: staging's one group) into one Licenses=
+    assert params(conf)["Licenses"] == "gpc_drain_gpu:2,gpc_breaker_gpu:1,matlab:4"
     assert params(conf)["PropagateResourceLimitsExcept"] == "MEMLOCK"
     assert "Epilog" not in params(conf)
 

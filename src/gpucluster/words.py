@@ -87,6 +87,7 @@ FLAGS: dict[str, Flag] = {
     "--slurm-version": _f("text", "V", "render for this Slurm release instead of the spec's slurm.version"),
     # selecting hosts and running Ansible
     "-l": _LIMIT, "--limit": _LIMIT,
+    "--group": _f("text", "GROUP", "only this compute node group of the spec (default: every group)"),
     "-v": _VERBOSE, "--verbose": _VERBOSE,
     "--check": _f("switch", "", "dry run: report what would change, change nothing"),
     "--diff": _f("switch", "", "show the changes to files"),

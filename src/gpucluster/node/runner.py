@@ -30,8 +30,9 @@ import threading
 import time
 
 try:
-    from . import decide, slurmctl, xid
+    from . import breaker, decide, slurmctl, xid
 except ImportError:  # run as a script on a node: the files sit side by side
+    import breaker
     import decide
     import slurmctl
     import xid
@@ -266,7 +267,8 @@ def run(config_path: str, node: str | None = None, act: bool = True, t0: float |
                            reason=d.reason if d.action == "drain" else info.get("reason", ""))
             # Only if Slurm's reason is still the one decided on (slurmctl.Session.update_if): an operator
             # may have drained the node, or given it their own reason, since it was read.
-            if act and d.action == "drain":
+            # A drain the circuit breaker holds is recorded in the summary; nothing changes in Slurm.
+            if act and d.action == "drain" and admitted(ctl, config, node, info, d, summary):
                 ok, text = ctl.drain(node, d.reason, seen=info)
                 summary["applied"] = True if ok else text
                 if not ok:
@@ -281,6 +283,18 @@ def run(config_path: str, node: str | None = None, act: bool = True, t0: float |
     summary["seconds"] = round(time.time() - started, 3)
     save_state(state_path, summary)
     return summary
+
+
+def admitted(ctl, config: dict, node: str, info: dict, d, summary: dict) -> bool:
+    """Whether the circuit breaker (breaker.py) lets this drain through. A node already drained (a reason
+    rewritten for another check) takes no token; a held drain is recorded as action `held` with the why."""
+    if decide.is_drained(info.get("State", "")):
+        return True
+    ok, why = breaker.admit(ctl, config, node, decide.check_of(d.reason) or RUNNER_CHECK)
+    summary["breaker"] = why
+    if not ok:
+        summary.update(action="held", why=f"{d.why}; {why}", reason=info.get("reason", ""))
+    return ok
 
 
 def stale_after(config: dict) -> float:
@@ -384,6 +398,9 @@ def failed_run(config_path: str, node: str | None, what: str, t0: float) -> tupl
         d = decide.decide(info.get("State", ""), info.get("reason", ""), [(RUNNER_CHECK, what)], 0, 1)
         if d.action != "drain":
             return True, d.why
+        held: dict = {}
+        if not admitted(ctl, config, name, info, d, held):  # a runner broken on every node is a shared cause
+            return True, held["why"]
         ok, text = ctl.drain(name, d.reason, seen=info)
         return ok, d.reason if ok else text
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from gpucluster.catalog import NvlinkRack
 from gpucluster.cluster import Cluster
 from gpucluster.cluster.unitnames import unit_name
+from gpucluster.render.health import breakerconf
 from gpucluster.render.slurm import SPOOL_DIR
 from gpucluster.spec.model import NodeGroup
 from gpucluster.spec.stacks import RUN_MARGIN_S, driver_stack, needs_fabric_manager
@@ -133,6 +134,7 @@ def node_config(cluster: Cluster, group_name: str) -> dict:
         "state_dir": STATE_DIR,
         "site_dir": SITE_DIR,
         "checks": checks,
+        **breakerconf.config_keys(cluster, group.name),
     }
 
 
