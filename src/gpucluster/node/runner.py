@@ -263,26 +263,57 @@ def run(config_path: str, node: str | None = None, act: bool = True, t0: float |
             d = decide.decide(info.get("State", ""), info.get("reason", ""), failures, int(state.get("passes", 0)),
                               int(config.get("resume_after", 3)), resumable(checks, info.get("reason", "")),
                               streaks, int(config.get("fail_after", 1)))
+            d = reboot_for(summary["checks"], info, d) or d
             summary.update(action=d.action, why=d.why, passes=d.passes, slurm_state=info.get("State", ""),
-                           reason=d.reason if d.action == "drain" else info.get("reason", ""))
-            # Only if Slurm's reason is still the one decided on (slurmctl.Session.update_if): an operator
-            # may have drained the node, or given it their own reason, since it was read.
-            # A drain the circuit breaker holds is recorded in the summary; nothing changes in Slurm.
-            if act and d.action == "drain" and admitted(ctl, config, node, info, d, summary):
-                ok, text = ctl.drain(node, d.reason, seen=info)
-                summary["applied"] = True if ok else text
-                if not ok:
-                    summary["reason"] = info.get("reason", "")  # Slurm's, unchanged
-            elif act and d.action == "resume":
-                ok, text = ctl.resume(node, seen=info)
-                summary["applied"] = True if ok else text
-                if ok:
-                    summary["reason"] = ""
+                           reason=d.reason if d.action in ("drain", "reboot") else info.get("reason", ""))
+            if act:
+                apply(ctl, config, node, info, d, summary)
         if ctl.auth:
             summary["auth"] = ctl.auth
     summary["seconds"] = round(time.time() - started, 3)
     save_state(state_path, summary)
     return summary
+
+
+def reboot_for(checks: dict, info: dict, d: decide.Decision) -> decide.Decision | None:
+    """A reboot instead of `d`, when a failing check's GPU error ladder asks for one (`reboot`, not `service`: a
+    repair is a person's) and the node is in service, or drained by that same check: never a node drained or
+    downed by hand or for another check (nextstate=RESUME would lift that drain), never one whose reboot is
+    already pending (REBOOT_REQUESTED, REBOOT_ISSUED). None: `d` stands."""
+    state, reason = info.get("State", ""), info.get("reason", "")
+    if slurmctl.rebooting(state):
+        return None
+    for name, c in checks.items():
+        data = c.get("data") if isinstance(c, dict) else None
+        if c.get("ok") is False and isinstance(data, dict) and data.get("ladder") == "reboot":
+            if breaker.out_of_service(state) and decide.check_of(reason) != name:
+                return None
+            why = f"{name} asks for a reboot (Slurm reboots the node once its jobs have ended)"
+            return decide.Decision("reboot", decide.reason_for([(name, str(c.get("message", "")))]), 0, why)
+    return None
+
+
+def apply(ctl, config: dict, node: str, info: dict, d: decide.Decision, summary: dict) -> None:
+    """The decision in Slurm, only if Slurm's reason is still the one decided on (slurmctl.Session.update_if): an
+    operator may have drained the node, or given it their own reason, since it was read. A drain or a reboot
+    the circuit breaker holds is recorded in the summary; nothing changes in Slurm. A reboot Slurm refuses
+    (no RebootProgram) falls back to the drain, so the node still takes no new job."""
+    if d.action in ("drain", "reboot") and admitted(ctl, config, node, info, d, summary):
+        if d.action == "reboot":
+            ok, text = ctl.reboot(node, d.reason, seen=info)
+            if not ok and text.startswith("scontrol reboot failed"):
+                summary.update(action="drain", why=f"{d.why}; drained instead: {text}")
+                ok, text = ctl.drain(node, d.reason, seen=info)
+        else:
+            ok, text = ctl.drain(node, d.reason, seen=info)
+        summary["applied"] = True if ok else text
+        if not ok:
+            summary["reason"] = info.get("reason", "")  # Slurm's, unchanged
+    elif d.action == "resume":
+        ok, text = ctl.resume(node, seen=info)
+        summary["applied"] = True if ok else text
+        if ok:
+            summary["reason"] = ""
 
 
 def admitted(ctl, config: dict, node: str, info: dict, d, summary: dict) -> bool:

@@ -25,6 +25,7 @@ _FIELD = re.compile(r"(?:^|\s)([A-Za-z][\w/:.]*)=(\S*)")
 _REASON = re.compile(r"(?:^|\s)Reason=")
 # What scontrol prints after a node's reason (22.05 to 26.05), each only when set.
 AFTER_REASON = frozenset(("Comment", "Extra", "ResumeAfterTime", "InstanceId", "InstanceType", "Topology"))
+REBOOTING = frozenset(("REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOT"))  # the words of a reboot pending
 MIN_CALL_S = 0.2  # less time than this left in the run: the call is not made (it could not finish)
 
 
@@ -141,17 +142,40 @@ class Session:
         the node is read again right before the update: the window in which an operator's drain or reason
         could be overwritten shrinks from the whole run (the checks: up to check_timeout) to the time
         between two scontrol calls. (False, why) when it changed or cannot be read."""
-        if seen is not None:
-            now, why_not = self.show(node)
-            if now is None:
-                return False, f"not changed: cannot read the node again right before the update: {why_not}"
-            before = (seen.get("reason", ""), _drained(seen.get("State", "")))
-            after = (now.get("reason", ""), _drained(now.get("State", "")))
-            if before != after:
-                return False, (f"not changed: the node changed since this run read it (reason {before[0]!r} -> "
-                               f"{after[0]!r}, drained {before[1]} -> {after[1]})")
+        changed = self._changed(node, seen, "update")
+        if changed:
+            return False, changed
         rc, text = self.call(["update", f"nodename={node}", *changes])
         return rc == 0, (text if rc == 0 else f"scontrol update failed: {text}")
+
+    def _changed(self, node: str, seen: dict[str, str] | None, what: str) -> str:
+        """Why the node is no longer as `seen` (its reason, its drain flag, a reboot pending), read again now;
+        "" when it is the same (or `seen` is None)."""
+        if seen is None:
+            return ""
+        now, why_not = self.show(node)
+        if now is None:
+            return f"not changed: cannot read the node again right before the {what}: {why_not}"
+        before = (seen.get("reason", ""), _drained(seen.get("State", "")), rebooting(seen.get("State", "")))
+        after = (now.get("reason", ""), _drained(now.get("State", "")), rebooting(now.get("State", "")))
+        if before != after:
+            return (f"not changed: the node changed since this run read it (reason {before[0]!r} -> {after[0]!r}, "
+                    f"drained {before[1]} -> {after[1]}" + (f", rebooting {before[2]} -> {after[2]})"
+                                                             if before[2] != after[2] else ")"))
+        return ""
+
+    def reboot(self, node: str, reason: str, seen: dict[str, str] | None = None) -> tuple[bool, str]:
+        """`scontrol reboot ASAP nextstate=RESUME reason=REASON NODE`, only if the node is still as `seen`.
+
+        ASAP drains the node at once (no new job lands) and reboots it once its running jobs have ended; Slurm
+        runs RebootProgram, and when slurmd registers with a boot time after the request, nextstate=RESUME
+        takes the drain off and the node returns to service (22.05 to 26.05 take these words: scontrol(1),
+        "reboot"). The reason shows while the reboot is pending."""
+        changed = self._changed(node, seen, "reboot")
+        if changed:
+            return False, changed
+        rc, text = self.call(["reboot", "ASAP", "nextstate=RESUME", f"reason={reason}", node])
+        return rc == 0, (text if rc == 0 else f"scontrol reboot failed: {text}")
 
     def drain(self, node: str, reason: str, seen: dict[str, str] | None = None) -> tuple[bool, str]:
         return self.update_if(node, seen, ["state=drain", f"reason={reason}"])
@@ -202,6 +226,12 @@ class Session:
 def _drained(state: str) -> bool:
     """IDLE+DRAIN, MIXED+DRAIN, DOWN+DRAIN (decide.is_drained, kept here so this file stands alone)."""
     return "DRAIN" in str(state).upper().split("+")
+
+
+def rebooting(state: str) -> bool:
+    """A reboot is pending or under way: REBOOT_REQUESTED (asked, jobs still running), REBOOT_ISSUED (RebootProgram
+    run, the node not back yet), or sinfo's REBOOT, as whole words of Slurm's BASE+FLAG state."""
+    return not REBOOTING.isdisjoint(str(state).upper().split("+"))
 
 
 def _munge_line(text: str) -> str:
