@@ -220,3 +220,29 @@ def test_reboot_for_reads_the_ladder_of_a_failing_check_only() -> None:
     assert runner.reboot_for(checks, info, d) is None
     checks["gpu-xid"]["ok"] = False
     assert runner.reboot_for(checks, info, d).action == "reboot"
+
+
+def test_a_gpu_that_fails_again_after_its_reboot_is_drained_not_rebooted_again(gpu) -> None:
+    gpu.logged(X79)
+    gpu.run()
+    asked = gpu.state["rebooted"]
+    gpu.slurm("IDLE", "")  # back from the reboot (nextstate=RESUME), and the GPU fails again
+    gpu.run()
+    assert len(gpu.calls("reboot")) == 1
+    assert gpu.in_slurm == {"state": "IDLE+DRAIN", "reason": REASON_79}
+    state = gpu.state
+    assert state["action"] == "drain" and state["rebooted"] == asked
+    assert "not rebooted: this node asked for a reboot 0.0 h ago (one in 24 h)" in state["why"]
+    gpu.run()  # drained by gpu-xid, still within the day: left drained
+    assert len(gpu.calls("reboot")) == 1 and gpu.state["action"] == "none"
+
+
+def test_a_day_after_its_last_reboot_a_node_is_rebooted_again(gpu) -> None:
+    gpu.logged(X79)
+    gpu.run()
+    state = gpu.state
+    state["rebooted"] -= runner.REBOOT_AGAIN_AFTER_S + 60
+    (gpu.state_dir / "state.json").write_text(json.dumps(state))
+    gpu.slurm("IDLE", "")
+    gpu.run()
+    assert len(gpu.calls("reboot")) == 2 and gpu.state["rebooted"] > state["rebooted"]

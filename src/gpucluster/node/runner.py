@@ -47,6 +47,9 @@ RUNNER_CHECK = "runner"  # the name in a drain reason when the runner itself fai
 HARD_LIMIT_S = 55.0
 STOP_RESERVE_S = 1.5  # kept back from the scontrol calls for stopping a private munged and saving state
 REPORT_LOCK_WAIT_S = 65.0  # a report waits this long for a run to finish (a run ends within 60 s)
+# A node is rebooted for a GPU error at most once in this long: a GPU that fails again after its reboot is drained
+# for a person instead of rebooted in a loop (the breaker's tokens count nodes, not reboots).
+REBOOT_AGAIN_AFTER_S = 24 * 3600.0
 
 
 def node_name(given: str | None = None) -> str:
@@ -250,7 +253,8 @@ def run(config_path: str, node: str | None = None, act: bool = True, t0: float |
     state = load_state(state_path)
     failures = [(r["name"], r["message"]) for r in results if not r["ok"]]
     summary = {"node": node, "started": started, "checks": record(state, results, started),
-               "passes": int(state.get("passes", 0))}
+               "passes": int(state.get("passes", 0)),
+               **({"rebooted": state["rebooted"]} if isinstance(state.get("rebooted"), (int, float)) else {})}
     streaks = {name: c["fails"] for name, c in summary["checks"].items() if "fails" in c}
     asked = ladder(summary["checks"])
     if asked:
@@ -263,7 +267,7 @@ def run(config_path: str, node: str | None = None, act: bool = True, t0: float |
             d = decide.decide(info.get("State", ""), info.get("reason", ""), failures, int(state.get("passes", 0)),
                               int(config.get("resume_after", 3)), resumable(checks, info.get("reason", "")),
                               streaks, int(config.get("fail_after", 1)))
-            d = reboot_for(summary["checks"], info, d) or d
+            d = reboot_for(summary["checks"], info, d, summary.get("rebooted"), started) or d
             summary.update(action=d.action, why=d.why, passes=d.passes, slurm_state=info.get("State", ""),
                            reason=d.reason if d.action in ("drain", "reboot") else info.get("reason", ""))
             if act:
@@ -275,11 +279,13 @@ def run(config_path: str, node: str | None = None, act: bool = True, t0: float |
     return summary
 
 
-def reboot_for(checks: dict, info: dict, d: decide.Decision) -> decide.Decision | None:
+def reboot_for(checks: dict, info: dict, d: decide.Decision, rebooted: float | None = None,
+               now: float | None = None) -> decide.Decision | None:
     """A reboot instead of `d`, when a failing check's GPU error ladder asks for one (`reboot`, not `service`: a
     repair is a person's) and the node is in service, or drained by that same check: never a node drained or
     downed by hand or for another check (nextstate=RESUME would lift that drain), never one whose reboot is
-    already pending (REBOOT_REQUESTED, REBOOT_ISSUED). None: `d` stands."""
+    already pending (REBOOT_REQUESTED, REBOOT_ISSUED). `rebooted`: when this node last asked for one (time.time());
+    within REBOOT_AGAIN_AFTER_S of it, `d` stands (the drain), its why saying so. None: `d` stands."""
     state, reason = info.get("State", ""), info.get("reason", "")
     if slurmctl.rebooting(state):
         return None
@@ -288,6 +294,10 @@ def reboot_for(checks: dict, info: dict, d: decide.Decision) -> decide.Decision 
         if c.get("ok") is False and isinstance(data, dict) and data.get("ladder") == "reboot":
             if breaker.out_of_service(state) and decide.check_of(reason) != name:
                 return None
+            ago = (time.time() if now is None else now) - rebooted if rebooted is not None else None
+            if ago is not None and 0 <= ago < REBOOT_AGAIN_AFTER_S:
+                return decide.Decision(d.action, d.reason, d.passes, f"{d.why}; not rebooted: this node asked for "
+                                       f"a reboot {ago / 3600:.1f} h ago (one in {REBOOT_AGAIN_AFTER_S / 3600:g} h)")
             why = f"{name} asks for a reboot (Slurm reboots the node once its jobs have ended)"
             return decide.Decision("reboot", decide.reason_for([(name, str(c.get("message", "")))]), 0, why)
     return None
@@ -301,7 +311,9 @@ def apply(ctl, config: dict, node: str, info: dict, d: decide.Decision, summary:
     if d.action in ("drain", "reboot") and admitted(ctl, config, node, info, d, summary):
         if d.action == "reboot":
             ok, text = ctl.reboot(node, d.reason, seen=info)
-            if not ok and text.startswith("scontrol reboot failed"):
+            if ok:
+                summary["rebooted"] = summary.get("started", time.time())
+            elif text.startswith("scontrol reboot failed"):
                 summary.update(action="drain", why=f"{d.why}; drained instead: {text}")
                 ok, text = ctl.drain(node, d.reason, seen=info)
         else:
