@@ -156,4 +156,7 @@ FLAGS: dict[str, Flag] = {
     "--status": _f("switch", "", "show where the last run stands"),
     "--resize": _f("text", "NEW_SPEC", "grow or shrink to the node counts of NEW_SPEC"),
     "--summary": _f("switch", "", "with --json: the counts alone, without the list of items"),
+    # node health
+    "--format": _f("choice", "", "how a document is written: markdown (for people) or json (stable keys)"),
+    "--webhook": _f("text", "URL", "also POST the document as JSON to this http(s) URL"),
 }

@@ -5,11 +5,13 @@
   gpucluster health status INVENTORY        drained nodes by reason, since when, each node's last checks, and
                                             each group's circuit breaker
   gpucluster health reset-breaker INVENTORY close a group's open circuit breaker (and start its window over)
+  gpucluster health ticket INVENTORY NODE   a repair ticket for one node: where it is, what failed, its cables
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -72,8 +74,34 @@ def cmd_reset_breaker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ticket(args: argparse.Namespace) -> int:
+    from gpucluster.health import remote, ticket
+    from gpucluster.outputs import write_file
+
+    url = ticket.check_webhook(args.webhook) if args.webhook is not None else None  # refused before any work
+    plan, evidence = remote.ticket_inputs(args.inventory, args.node)
+    doc = ticket.build(plan, evidence)
+    text = json.dumps(doc, indent=1, sort_keys=True) + "\n" if args.format == "json" else ticket.markdown(doc)
+    say = sys.stderr if args.json else sys.stdout
+    if args.output:
+        # 0644: the ticket goes to people (technicians, a ticket system); it holds names, places and Slurm's reasons,
+        # which every cluster user can read already, and no secret.
+        write_file(args.output, text, mode=0o644)
+        print(f"wrote the repair ticket of {args.node} to {args.output}", file=say)
+    elif not args.json:
+        sys.stdout.write(text)
+    posted = remote.post_ticket(url, doc) if url else None  # after the file: a failed POST loses no ticket
+    if args.json:
+        print_json({"node": args.node, "output": args.output, "format": args.format, "webhook": args.webhook,
+                    "posted": posted, "ticket": doc})
+    elif posted:
+        print(f"posted the repair ticket of {args.node} to the webhook (HTTP {posted})", file=sys.stderr)
+    return 0
+
+
 def register(sub) -> None:
-    p = sub.add_parser("health", help="node health checks: render, install, status, reset-breaker (docs/health.md)",
+    p = sub.add_parser("health", help="node health checks: render, install, status, reset-breaker, ticket "
+                       "(docs/health.md)",
                        description="Node health checks that slurmd runs as its HealthCheckProgram: GPUs, fabric, "
                                    "mounts, munge and disk, each with a budget. A failing check drains its node with "
                                    "a gpc: reason; the node resumes by itself once the check passes, and a node "
@@ -121,3 +149,23 @@ def register(sub) -> None:
     json_flag(b, "the group and the reservations deleted, as JSON")
     no_color_flag(b)
     b.set_defaults(func=cmd_reset_breaker)
+    t = hs.add_parser("ticket", help="a repair ticket for one node: where it is, what failed, which cables to check",
+                      description="Write a repair ticket for one node: its rack, slot, serial and cables (both ends) "
+                                  "from the plan of the spec the inventory names, with Slurm's state and reason and "
+                                  "the node's last health checks. Markdown for a technician, or JSON; optionally "
+                                  "POSTed as JSON to a webhook (docs/health.md, \"Repair ticket\").",
+                      epilog="example:\n  gpucluster health ticket inventories/prod gpu0042 -o gpu0042.md\n"
+                             "  gpucluster health ticket inventories/prod gpu0042 --format json "
+                             "--webhook https://tickets.example.org/hooks/gpucluster",
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    t.add_argument("inventory", help="inventory folder (e.g. inventories/staging) or its hosts.yml")
+    t.add_argument("node", help="the node's hostname, as the spec plans it (e.g. gpu0042)")
+    t.add_argument("-o", "--output", metavar="FILE", help="write the ticket to FILE (replaced atomically, mode 0644) "
+                   "instead of printing it")
+    t.add_argument("--format", choices=("markdown", "json"), default="markdown",
+                   help="markdown (a technician's page, the default) or json (stable keys)")
+    t.add_argument("--webhook", metavar="URL", help="also POST the ticket as JSON to this http(s) URL; a failed "
+                   "POST exits 1 after the file is written")
+    report_flags(t, "node, output, format, webhook, posted (the HTTP status) and ticket (the ticket's JSON) as one "
+                    "JSON document; without --json and -o the ticket itself is printed")
+    t.set_defaults(func=cmd_ticket)

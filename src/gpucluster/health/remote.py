@@ -8,6 +8,7 @@ gpucluster.slurmclient as Ansible reaches them: batch mode, host keys checked, t
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from gpucluster.render.health.config import STATE_DIR
 from gpucluster.slurmclient import Client, SlurmError, failed, slurm_host
@@ -77,3 +78,60 @@ def reset_breaker(inventory, group: str | None = None) -> list[str]:
     if errors:
         raise errors[0]
     return deleted
+
+
+def ticket_inputs(inventory, node: str) -> tuple[dict, dict]:
+    """`gpucluster health ticket`: (the node's plan, health.ticket.node_plan's, from the spec the inventory names;
+    the evidence health.ticket.build takes: Slurm's state and reason of the node, asked as `health status` asks,
+    and the node's state file). What cannot be read is recorded in the evidence, not raised: a node that does
+    not answer still gets its ticket. UsageError where the inventory names no spec or the node is not in it."""
+    import time
+
+    from gpucluster.cluster import load_cluster
+    from gpucluster.errors import OperationError, UsageError, shown
+    from gpucluster.health import status, ticket
+    from gpucluster.inventory.reader import load_inventory
+
+    inv = load_inventory(inventory)
+    spec = inv.vars.get("gpucluster_spec")
+    if not spec or not Path(str(spec)).is_file():
+        raise UsageError(f"{inv.path}: all.vars.gpucluster_spec is {spec or 'missing'}, not a spec file here; "
+                         "rewrite the inventory with `gpucluster inventory SPEC`")
+    host = inv.hosts.get(node)
+    plan = ticket.node_plan(load_cluster(str(spec)), node, host.vars if host else None)
+    if host is None:
+        raise UsageError(f"NODE {shown(node)}: not a host of the inventory {inv.path}; give one of its compute nodes")
+    evidence: dict = {"made": time.time()}
+    try:
+        text = Client(slurm_host(inv, "to ask Slurm from"), timeout=60).check(status.SHOW_NODES).stdout
+        row = status.merge(text, "", {}, None, [node])[0]
+        evidence["slurm"] = {"state": row.state, "reason": row.reason, "reason_user": row.reason_user,
+                             "reason_time": row.reason_time}
+    except OperationError as exc:  # SlurmError, or slurmtext.SlurmOutputError: output not the node table
+        evidence["slurm"] = {"error": " ".join(str(exc).split())[:300]}
+    texts, errors = state_files([host])
+    evidence["health"] = status.parse_state_file(texts[node]) if node in texts else {}
+    evidence["health_error"] = errors.get(node)
+    return plan, evidence
+
+
+def post_ticket(url: str, doc: dict, timeout: float = 20) -> int:
+    """POST the ticket as JSON to `url` (checked by health.ticket.check_webhook); the HTTP status. OperationError
+    when the receiver cannot be reached or answers with an error."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from gpucluster.errors import OperationError, shown
+
+    body = json.dumps(doc, sort_keys=True).encode()
+    req = urllib.request.Request(url, data=body, method="POST",
+                                 headers={"Content-Type": "application/json", "User-Agent": "gpucluster"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as res:
+            return res.status
+    except urllib.error.HTTPError as exc:
+        raise OperationError(f"--webhook {shown(url)}: the receiver answered {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        why = getattr(exc, "reason", exc)
+        raise OperationError(f"--webhook {shown(url)}: not posted: {why}") from None
