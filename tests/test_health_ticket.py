@@ -6,6 +6,7 @@ to a receiver on loopback (the only address these tests reach)."""
 from __future__ import annotations
 
 import json
+import os
 import stat
 import subprocess
 import threading
@@ -170,7 +171,11 @@ def inventory(tmp_path, monkeypatch) -> Path:
 
 def test_the_command_writes_the_ticket_atomically_0644(inventory, tmp_path, capsys) -> None:
     out = tmp_path / "gpu01.json"
-    assert main(["health", "ticket", str(inventory), "gpu01", "--format", "json", "-o", str(out)]) == 0
+    old = os.umask(0o077)  # 0644 whatever the umask: the ticket is for people to read
+    try:
+        assert main(["health", "ticket", str(inventory), "gpu01", "--format", "json", "-o", str(out)]) == 0
+    finally:
+        os.umask(old)
     doc = json.loads(out.read_text())
     assert stat.S_IMODE(out.stat().st_mode) == 0o644
     assert doc["where"]["serial"] == "SN-0001" and doc["slurm"]["state"] == "IDLE+DRAIN"
