@@ -297,7 +297,7 @@ def test_the_runner_with_no_act_records_the_ladder_and_the_position(node) -> Non
     state = node.state
     gpu = state["checks"]["gpu-xid"]
     assert (gpu["ok"], gpu["message"]) == (False, "XID 79 on 0000:3b:00.0 (GPU has fallen off the bus): reboot")
-    assert state["ladder"] == "reboot" and state["action"] == "drain"
+    assert state["ladder"] == "reboot" and state["action"] == "reboot"
     assert state["reason"] == "gpc:gpu-xid: XID 79 on 0000:3b:00.0 (GPU has fallen off the bus): reboot"
     assert gpu["data"]["position"]["offset"] == log.stat().st_size
     assert [e["code"] for e in gpu["data"]["recent"]] == [13, 79]
@@ -306,7 +306,7 @@ def test_the_runner_with_no_act_records_the_ladder_and_the_position(node) -> Non
     assert node.state["checks"]["gpu-xid"]["ok"] is False and node.state["ladder"] == "reboot"
 
 
-def test_the_runner_drains_on_a_reboot_class_and_keeps_record_classes_in_service(node) -> None:  # noqa: F811
+def test_the_runner_reboots_on_a_reboot_class_and_keeps_record_classes_in_service(node) -> None:  # noqa: F811
     log = node.tmp / "kern.log"
     log.write_text(f"{X13}\n")
     _xid_node(node, log)
@@ -316,8 +316,10 @@ def test_the_runner_drains_on_a_reboot_class_and_keeps_record_classes_in_service
     with log.open("a") as fh:
         fh.write(LINES["sxid fatal"][0] + "\n")
     node.run()
-    assert node.in_slurm == {"state": "IDLE+DRAIN",
-                             "reason": "gpc:gpu-xid: SXid 24007 on 0000:07:00.0 (NVSwitch fatal error): reboot"}
+    reason = "gpc:gpu-xid: SXid 24007 on 0000:07:00.0 (NVSwitch fatal error): reboot"
+    assert (node.state["action"], node.state["reason"]) == ("reboot", reason)
+    calls = (node.tmp / "bin" / "scontrol.log").read_text().splitlines()
+    assert f"reboot ASAP nextstate=RESUME reason={reason} {node.name}" in calls  # tests/test_health_reboot.py: the rest
 
 
 def test_the_runner_applies_the_sites_overrides(node) -> None:  # noqa: F811
