@@ -5,11 +5,13 @@ to a receiver on loopback (the only address these tests reach)."""
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import stat
 import subprocess
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import ClassVar
@@ -245,3 +247,34 @@ def test_a_failing_post_exits_1_after_the_file_is_written(inventory, tmp_path, r
     assert main(["health", "ticket", str(inventory), "gpu01", "-o", str(out), "--webhook", receiver]) == 1
     assert "# Repair ticket: `gpu01`" in out.read_text() and len(Receiver.got) == 1
     assert "--webhook" in capsys.readouterr().err
+
+
+# ---- docs/health.md's example is this rendering -----------------------------------------------------------------
+
+def _t(s: str) -> int:
+    return calendar.timegm(time.strptime(s, "%Y-%m-%dT%H:%M:%S"))
+
+
+_EVENT = {"kind": "xid", "code": 79, "device": "0000:3b:00.0", "class": "xid79", "action": "reboot",
+          "what": "GPU has fallen off the bus"}
+EXAMPLE_EVIDENCE = {
+    "made": _t("2026-11-28T13:40:12"),
+    "slurm": {"state": "IDLE+DRAIN", "reason": "gpc:gpu-xid: XID 79 on 0000:3b:00.0 (GPU has fallen off the bus): "
+              "reboot", "reason_user": "root", "reason_time": "2026-11-28T13:22:07"},
+    "health": {"started": _t("2026-11-28T13:37:05"), "action": "none", "why": "still drained for gpu-xid",
+               "ladder": "reboot",
+               "checks": {"gpu-xid": {"ok": False, "since": _t("2026-11-28T13:22:05"),
+                                      "message": "XID 79 on 0000:3b:00.0 (GPU has fallen off the bus): reboot",
+                                      "data": {"open": [_EVENT], "recent": [_EVENT]}},
+                          "gpu-count": {"ok": False, "message": "3 of 4 GPUs (nvidia-smi)",
+                                        "since": _t("2026-11-28T13:22:05")},
+                          **{n: {"ok": True} for n in ("munge", "gpu-ecc", "hca-ports", "link-flap", "mount-flash",
+                                                       "disk-tmp", "disk-spool")}}},
+}
+
+
+def test_the_docs_example_is_the_staging_ticket_rendered() -> None:
+    text = (Path(__file__).resolve().parent.parent / "docs" / "health.md").read_text()
+    shown = text.split("~~~~markdown\n", 1)[1].split("~~~~\n", 1)[0]
+    doc = ticket.build(ticket.node_plan(STAGING, "gpu03", {"gpucluster_serial": "S4RN1234567"}), EXAMPLE_EVIDENCE)
+    assert shown == ticket.markdown(doc)
