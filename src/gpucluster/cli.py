@@ -105,6 +105,37 @@ def _print_refused(exc: SpecError, args: argparse.Namespace) -> None:
     err.line(summary(findings, exc.fail_on))
 
 
+class _Interrupt:
+    """Ctrl-C while a command runs: Python's own handler (KeyboardInterrupt), which also remembers that it fired.
+    CPython drops an exception raised where nothing can receive it (a finalizer: a generator closed by the
+    garbage collector, a `__del__`), so a KeyboardInterrupt can vanish; the command then still ends with 130 once
+    its work is done, never as if nobody had asked. A handler someone else set (or SIG_IGN) is left alone."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self.installed = False
+
+    def __enter__(self) -> _Interrupt:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, self._raise)
+            self.installed = True
+        return self
+
+    def _raise(self, signum: int, frame: object) -> None:
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def __exit__(self, *_exc: object) -> None:
+        if self.installed:
+            import signal
+
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     # The CLI loads no pydantic plugins: their discovery scans every installed distribution's entry
     # points (~40 ms per command). Set only for this process, never by `import gpucluster`.
@@ -114,10 +145,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "no_color", False):
         os.environ["NO_COLOR"] = "1"  # one switch for every printer of this process and what it runs
+    with _Interrupt() as interrupt:
+        return _run(args, interrupt)
+
+
+def _run(args: argparse.Namespace, interrupt: _Interrupt) -> int:
     try:
         rc = args.func(args) or 0
         sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
-        return rc
+        return 130 if interrupt.seen else rc
     except BrokenPipeError:
         return closed_pipe()
     except SpecError as exc:
