@@ -11,6 +11,7 @@ import copy
 import os
 import shutil
 import sys
+import time
 from functools import cache
 from pathlib import Path
 
@@ -164,6 +165,39 @@ def write_spec(tmp_path):
         return p
 
     return write
+
+
+def health_slurm_conf(name: str, nodes: str, *extra: str) -> str:
+    """slurm.conf of a small emulated cluster for the health tests: `nodes` (a hostlist) of 2 CPUs and 500 MB in
+    one partition, with `extra` lines (Licenses=, PrivateData=) before the nodes."""
+    head = [f"ClusterName={name}", "SlurmctldHost=ctl01", "AuthType=auth/munge", "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core_Memory", "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none"]
+    return "\n".join([*head, *extra, f"NodeName={nodes} CPUs=2 RealMemory=500 State=UNKNOWN",
+                      f"PartitionName=batch Nodes={nodes} Default=YES MaxTime=INFINITE State=UP"]) + "\n"
+
+
+def root_scontrol_env(cluster, folder: Path) -> dict[str, str]:
+    """The emulated cluster's environment with a plain `scontrol` first on PATH, as the health runner calls it: a
+    wrapper in `folder` that runs the line's own (inside its Debian root for 24.11 and 26.05)."""
+    folder.mkdir()
+    wrapper = folder / "scontrol"
+    argv = " ".join(f"'{a}'" for a in cluster.runtime.argv(["scontrol"]))
+    wrapper.write_text(f'#!/bin/sh\nexec {argv} "$@"\n')
+    wrapper.chmod(0o755)
+    return {**cluster.env, "PATH": f"{folder}:{cluster.env.get('PATH', '/usr/bin:/bin')}"}
+
+
+def wait_for(what: str, probe, timeout: float = 30.0, every: float = 0.5):
+    """`probe()` until it returns something true (returned), polled every `every` s; an AssertionError naming
+    `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = probe()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(every)
 
 
 def slurmctld_available() -> bool:

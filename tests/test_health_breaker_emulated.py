@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest import health_slurm_conf, root_scontrol_env
 
 from gpucluster.emulate import SlurmCluster
 from gpucluster.health import breakerstate as fleet
@@ -43,19 +44,8 @@ CHECK, MESSAGE = "mount-flash", "/mnt/flash (fuse) did not answer within 15s"
 THREADS = 32
 CONFIG = {"breaker": {"enabled": True, "group": "gpu", "nodes": f"gpu[001-{SIZE:03d}]", "size": SIZE,
                       "drains": DRAINS, "out_of_service": OUT_OF_SERVICE, "window_minutes": SPEC.window_minutes}}
-SLURM_CONF = f"""\
-ClusterName=breaker
-SlurmctldHost=ctl01
-AuthType=auth/munge
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core_Memory
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-PrivateData=cloud
-Licenses=gpc_drain_gpu:{DRAINS},gpc_breaker_gpu:1
-NodeName=gpu[001-{SIZE:03d}] CPUs=2 RealMemory=500 State=UNKNOWN
-PartitionName=batch Nodes=gpu[001-{SIZE:03d}] Default=YES MaxTime=INFINITE State=UP
-"""
+SLURM_CONF = health_slurm_conf("breaker", f"gpu[001-{SIZE:03d}]", "PrivateData=cloud",
+                               f"Licenses=gpc_drain_gpu:{DRAINS},gpc_breaker_gpu:1")
 
 
 @pytest.fixture(scope="module", params=["22.05", "24.11", "26.05"])
@@ -66,13 +56,7 @@ def cluster(request):
     (base / "conf" / "slurm.conf").write_text(SLURM_CONF)
     try:
         with SlurmCluster(base / "conf", absent_state="CLOUD", line=request.param, start_timeout=120) as c:
-            # the runner calls plain `scontrol`: for a root's line, one that runs inside that root
-            (base / "bin").mkdir()
-            wrapper = base / "bin" / "scontrol"
-            argv = " ".join(f"'{a}'" for a in c.runtime.argv(["scontrol"]))
-            wrapper.write_text(f'#!/bin/sh\nexec {argv} "$@"\n')
-            wrapper.chmod(0o755)
-            c.session_env = {**c.env, "PATH": f"{base / 'bin'}:{c.env.get('PATH', '/usr/bin:/bin')}"}
+            c.session_env = root_scontrol_env(c, base / "bin")
             yield c
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import health_slurm_conf, root_scontrol_env, wait_for
 from test_health_xid import X79
 
 from gpucluster.emulate import SlurmCluster
@@ -32,18 +33,7 @@ JOB_S = 4
 REASON = "gpc:gpu-xid: XID 79 on 0000:3b:00.0 (GPU has fallen off the bus): reboot"
 BREAKER = {"enabled": True, "group": "gpu", "nodes": "gpu[01-04]", "size": 4, "drains": 3, "out_of_service": 4,
            "window_minutes": 60}
-SLURM_CONF = """\
-ClusterName=reboot
-SlurmctldHost=ctl01
-AuthType=auth/munge
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core_Memory
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-Licenses=gpc_drain_gpu:3,gpc_breaker_gpu:1
-NodeName=gpu[01-04] CPUs=2 RealMemory=500 State=UNKNOWN
-PartitionName=batch Nodes=gpu[01-04] Default=YES MaxTime=INFINITE State=UP
-"""
+SLURM_CONF = health_slurm_conf("reboot", "gpu[01-04]", "Licenses=gpc_drain_gpu:3,gpc_breaker_gpu:1")
 
 
 @pytest.fixture(scope="module", params=["22.05", "26.05"])
@@ -59,14 +49,8 @@ def cluster(request):
     try:
         with SlurmCluster(base / "conf", slurmd_nodes=NODES, line=request.param, start_timeout=120,
                           reboot_delay=0.5) as c:
-            # the runner calls plain `scontrol`: for a root's line, one that runs inside that root
-            (base / "bin").mkdir()
-            wrapper = base / "bin" / "scontrol"
-            argv = " ".join(f"'{a}'" for a in c.runtime.argv(["scontrol"]))
-            wrapper.write_text(f'#!/bin/sh\nexec {argv} "$@"\n')
-            wrapper.chmod(0o755)
             c.base = base
-            c.session_env = {**c.env, "PATH": f"{base / 'bin'}:{c.env.get('PATH', '/usr/bin:/bin')}"}
+            c.session_env = root_scontrol_env(c, base / "bin")
             yield c
     finally:
         print(f"\nSlurm {request.param}: the file's cluster {time.monotonic() - t0:.1f} s")
@@ -105,15 +89,6 @@ def job_state(c: SlurmCluster, job: str) -> str:
     return next((t.split("=", 1)[1] for t in out.split() if t.startswith("JobState=")), "gone")
 
 
-def wait_for(what: str, probe, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = probe()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:.0f} s")
-        time.sleep(0.1)
 
 
 def in_service(info: dict[str, str]) -> bool:
@@ -130,7 +105,7 @@ def rebooted(cluster):
     res = c.run(["sbatch", "--parsable", "-w", BUSY, "-o", "/dev/null", "--wrap", f"sleep {JOB_S}"])
     assert res.returncode == 0, res.stderr
     job = res.stdout.strip().split(";")[0]
-    wait_for(f"job {job} running", lambda: job_state(c, job) == "RUNNING")
+    wait_for(f"job {job} running", lambda: job_state(c, job) == "RUNNING", every=0.1)
     out, ended = {}, {}
     for n in NODES:
         t0 = time.monotonic()

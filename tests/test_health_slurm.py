@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import health_slurm_conf, wait_for
 
 from gpucluster.emulate import SlurmCluster
 from gpucluster.node import runner
@@ -34,28 +35,7 @@ pytestmark = [
 
 INTERVAL = 5
 NODES = ["gpu01", "gpu02"]
-SLURM_CONF = """\
-ClusterName=health
-SlurmctldHost=ctl01
-AuthType=auth/munge
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core_Memory
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-NodeName=gpu[01-02] CPUs=2 RealMemory=500 State=UNKNOWN
-PartitionName=batch Nodes=gpu[01-02] Default=YES MaxTime=INFINITE State=UP
-"""
-
-
-def wait_for(what: str, probe, timeout: float):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = probe()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:.0f} s")
-        time.sleep(0.5)
+SLURM_CONF = health_slurm_conf("health", "gpu[01-02]")
 
 
 @pytest.fixture(scope="module")
