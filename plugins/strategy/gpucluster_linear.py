@@ -28,16 +28,12 @@ from __future__ import annotations
 import os
 
 from ansible import constants as C
+from ansible._internal import _task
+from ansible._internal._errors import _error_utils
 from ansible.executor.task_executor import TaskExecutor
 from ansible.executor.task_result import _RawTaskResult
 from ansible.plugins.loader import get_plugin_loader_namespace, strategy_loader
 from ansible.utils.display import Display
-
-try:
-    from ansible._internal import _task
-    from ansible._internal._errors import _error_utils
-except ImportError:  # ansible-core older than 2.19: no task context, no error helper
-    _task = _error_utils = None
 
 DOCUMENTATION = """
     name: gpucluster_linear
@@ -119,12 +115,8 @@ class StrategyModule(Base):
     @staticmethod
     def _execute(executor, host, task) -> dict:
         try:
-            if _task is None:
-                return executor.run()
             with _task.TaskContext(task):
                 return executor.run()
         except Exception as exc:  # a worker would die with it; here the task fails and the play goes on
             display.debug(f"in-process task {task.action} on {host.name} raised {exc!r}")
-            if _error_utils is not None:
-                return _error_utils.result_dict_from_exception(exc)
-            return {"failed": True, "msg": f"{type(exc).__name__}: {exc}"}
+            return _error_utils.result_dict_from_exception(exc)
