@@ -114,8 +114,9 @@ def test_the_run_after_the_request_leaves_the_pending_reboot_alone(gpu) -> None:
     (X13, {}, {"state": "IDLE", "reason": ""}),  # record: stays in service
     (X13, {"13": "drain"}, {"state": "IDLE+DRAIN",
                             "reason": "gpc:gpu-xid: XID 13 on 0000:cb:00.0 (Graphics Engine Exception): drain"}),
-    (X79, {"79": "service"}, {"state": "IDLE+DRAIN",
-                              "reason": "gpc:gpu-xid: XID 79 on 0000:3b:00.0 (GPU has fallen off the bus): service"}),
+    (X79, {"79": "service"}, {"state": "IDLE+DRAIN",  # service-required: a reason no passing run lifts
+                              "reason": "gpc:service: gpu-xid: XID 79 on 0000:3b:00.0 (GPU has fallen off the bus): "
+                                        "service"}),
 ], ids=["record", "drain", "service"])
 def test_record_drain_and_service_classes_never_reboot(gpu, line: str, overrides: dict, slurm: dict) -> None:
     gpu.configure(overrides)
@@ -222,19 +223,23 @@ def test_reboot_for_reads_the_ladder_of_a_failing_check_only() -> None:
     assert runner.reboot_for(checks, info, d).action == "reboot"
 
 
-def test_a_gpu_that_fails_again_after_its_reboot_is_drained_not_rebooted_again(gpu) -> None:
+def test_a_gpu_that_fails_again_after_its_reboot_is_service_required_not_rebooted_again(gpu) -> None:
     gpu.logged(X79)
     gpu.run()
     asked = gpu.state["rebooted"]
     gpu.slurm("IDLE", "")  # back from the reboot (nextstate=RESUME), and the GPU fails again
     gpu.run()
     assert len(gpu.calls("reboot")) == 1
-    assert gpu.in_slurm == {"state": "IDLE+DRAIN", "reason": REASON_79}
+    assert gpu.in_slurm["state"] == "IDLE+DRAIN"
+    assert gpu.in_slurm["reason"].startswith("gpc:service: gpu-xid again 0.0 h after its reboot: XID 79 on "), gpu.in_slurm
     state = gpu.state
     assert state["action"] == "drain" and state["rebooted"] == asked
     assert "not rebooted: this node asked for a reboot 0.0 h ago (one in 24 h)" in state["why"]
-    gpu.run()  # drained by gpu-xid, still within the day: left drained
+    assert [h["to"] for h in state["lifecycle"]["history"]] == ["production", "rebooting", "production",
+                                                                  "service-required"]
+    gpu.run()  # service-required: left drained, its reason kept
     assert len(gpu.calls("reboot")) == 1 and gpu.state["action"] == "none"
+    assert gpu.in_slurm["reason"].startswith("gpc:service: ")
 
 
 def test_a_day_after_its_last_reboot_a_node_is_rebooted_again(gpu) -> None:

@@ -159,4 +159,5 @@ FLAGS: dict[str, Flag] = {
     # node health
     "--format": _f("choice", "", "how a document is written: markdown (for people) or json (stable keys)"),
     "--webhook": _f("text", "URL", "also POST the document as JSON to this http(s) URL"),
+    "--why": _f("text", "TEXT", "why, in words, for the record this command keeps"),
 }

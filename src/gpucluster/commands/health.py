@@ -6,6 +6,8 @@
                                             each group's circuit breaker
   gpucluster health reset-breaker INVENTORY close a group's open circuit breaker (and start its window over)
   gpucluster health ticket INVENTORY NODE   a repair ticket for one node: where it is, what failed, its cables
+  gpucluster health tickets INVENTORY -o DIR a ticket for each service-required node that has none in DIR yet
+  gpucluster health accept INVENTORY NODE   a repaired node back to production through its acceptance checks
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from gpucluster.commands._flags import json_flag, no_color_flag, print_json, report_flags
@@ -99,9 +102,52 @@ def cmd_ticket(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tickets(args: argparse.Namespace) -> int:
+    from gpucluster.health import remote, ticket
+    from gpucluster.outputs import write_file
+
+    url = ticket.check_webhook(args.webhook) if args.webhook is not None else None
+    folder = Path(args.output)
+    written, kept, posted = [], [], []
+    for node, since in remote.service_required(args.inventory):
+        name = f"{node}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(since))}"
+        if (folder / f"{name}.json").exists():  # this stay in service-required has its ticket
+            kept.append(node)
+            continue
+        plan, evidence = remote.ticket_inputs(args.inventory, node)
+        doc = ticket.build(plan, evidence)
+        write_file(str(folder / f"{name}.md"), ticket.markdown(doc), mode=0o644)
+        write_file(str(folder / f"{name}.json"), json.dumps(doc, indent=1, sort_keys=True) + "\n", mode=0o644)
+        written.append(f"{name}.json")
+        if url:
+            posted.append(remote.post_ticket(url, doc))
+    if args.json:
+        print_json({"output": args.output, "written": written, "already": kept, "posted": posted})
+    else:
+        for name in written:
+            print(f"  wrote {folder / name} (and .md)")
+        print(f"{len(written)} new repair tickets in {folder}; {len(kept)} service-required nodes had theirs already")
+    return 0
+
+
+def cmd_accept(args: argparse.Namespace) -> int:
+    from gpucluster.health import remote
+    from gpucluster.node.decide import clean
+
+    out = remote.accept_node(args.inventory, args.node, clean(args.why)[:200])
+    if args.json:
+        print_json(vars(out))
+    else:
+        for step in out.steps:
+            print(f"  {step}")
+        word = "back in production" if out.passed else "not accepted, left drained"
+        print(f"{out.node}: {word} after {out.seconds:g} s: {out.why}")
+    return 0 if out.passed else 1
+
+
 def register(sub) -> None:
-    p = sub.add_parser("health", help="node health checks: render, install, status, reset-breaker, ticket "
-                       "(docs/health.md)",
+    p = sub.add_parser("health", help="node health checks: render, install, status, reset-breaker, ticket, "
+                       "tickets, accept (docs/health.md)",
                        description="Node health checks that slurmd runs as its HealthCheckProgram: GPUs, fabric, "
                                    "mounts, munge and disk, each with a budget. A failing check drains its node with "
                                    "a gpc: reason; the node resumes by itself once the check passes, and a node "
@@ -169,3 +215,34 @@ def register(sub) -> None:
     report_flags(t, "node, output, format, webhook, posted (the HTTP status) and ticket (the ticket's JSON) as one "
                     "JSON document; without --json and -o the ticket itself is printed")
     t.set_defaults(func=cmd_ticket)
+    _register_lifecycle(hs)
+
+
+def _register_lifecycle(hs) -> None:
+    """`health tickets` and `health accept`: the service-required end of the node lifecycle."""
+    ts = hs.add_parser("tickets", help="a repair ticket for each service-required node that has none yet",
+                       description="Write a repair ticket (Markdown and JSON, as `health ticket` writes one) for each "
+                                   "node in service-required whose current stay there has no ticket in DIR yet; "
+                                   "run it from a timer, or after `health status` shows one. Optionally POST each "
+                                   "new ticket to a webhook.",
+                       epilog="example:\n  gpucluster health tickets inventories/prod -o /srv/tickets",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    ts.add_argument("inventory", help="inventory folder (e.g. inventories/staging) or its hosts.yml")
+    ts.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder of tickets: <node>-<since>.md "
+                    "and .json, mode 0644 (made if missing)")
+    ts.add_argument("--webhook", metavar="URL", help="also POST each new ticket as JSON to this http(s) URL")
+    report_flags(ts, "output, written, already (nodes whose ticket exists) and posted as one JSON document")
+    ts.set_defaults(func=cmd_tickets)
+    a = hs.add_parser("accept", help="a repaired node back to production, through its acceptance checks",
+                      description="Put a repaired node (service-required, or drained by a gpucluster check) through "
+                                  "acceptance: a maintenance reservation of its own, resumed into it, a health run "
+                                  "and its group's single-node active checks (DCGM diag, NCCL all_reduce) as jobs in "
+                                  "the reservation; production when every check passed, else left drained "
+                                  "(docs/health.md, \"Node lifecycle\"). Exit 1 when not accepted.",
+                      epilog="example:\n  gpucluster health accept inventories/prod gpu0042 --why 'GPU 3 replaced, "
+                             "RMA 4711'", formatter_class=argparse.RawDescriptionHelpFormatter)
+    a.add_argument("inventory", help="inventory folder (e.g. inventories/staging) or its hosts.yml")
+    a.add_argument("node", help="the node's hostname, as the spec plans it (e.g. gpu0042)")
+    a.add_argument("--why", required=True, metavar="TEXT", help="what was repaired, for the node's lifecycle record")
+    report_flags(a, "node, passed, why, checks, steps and seconds as one JSON document")
+    a.set_defaults(func=cmd_accept)

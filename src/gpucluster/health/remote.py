@@ -135,3 +135,53 @@ def post_ticket(url: str, doc: dict, timeout: float = 20) -> int:
     except (urllib.error.URLError, OSError) as exc:
         why = getattr(exc, "reason", exc)
         raise OperationError(f"--webhook {shown(url)}: not posted: {why}") from None
+
+
+def accept_node(inventory, node: str, why: str):
+    """`gpucluster health accept`: health.accept.accept() with the controller's scontrol and sbatch, the node over
+    SSH, and the node group's single-node active job scripts that the controller has (slurm_health installs them
+    where health.active is on). UsageError for a node the inventory or Slurm does not know, or one that cannot
+    enter acceptance (drained by hand, in service)."""
+    from gpucluster.errors import UsageError, shown
+    from gpucluster.health import accept, status
+    from gpucluster.inventory.reader import load_inventory
+    from gpucluster.render.health.slurmconf import LIB_DIR, PROGRAM
+
+    inv = load_inventory(inventory)
+    host = inv.hosts.get(node)
+    if host is None or node not in inv.group("slurm_compute"):
+        raise UsageError(f"NODE {shown(node)}: not a compute node of the inventory {inv.path}; give one of them")
+    slurm = Client(slurm_host(inv, "to run scontrol and sbatch on (accept reserves and resumes the node)",
+                              ("slurm_controller",)), timeout=3600)
+    on_node = Client(host, timeout=120)
+
+    def show() -> tuple[str, str]:
+        row = status.merge(slurm.check(status.SHOW_NODES).stdout, "", {}, None, [node])[0]
+        return row.state, row.reason
+
+    group = str(host.vars.get("gpucluster_node_group", ""))
+    scripts = []
+    for check in accept.SINGLE_NODE:
+        path = f"{LIB_DIR}/active-{check}-{group}.sh"
+        if group and slurm(["test", "-f", path]).returncode == 0:
+            scripts.append((check, path))
+    try:
+        return accept.accept(node, slurm, on_node, show, PROGRAM, scripts, f"{STATE_DIR}/state.json", why)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def service_required(inventory) -> list[tuple[str, float]]:
+    """[(node, since when)] for each compute node in service-required: Slurm's reason says so (`gpc:service:`);
+    since when, from the node's lifecycle record, else now."""
+    import time
+
+    from gpucluster.node import decide, lifecycle
+
+    rows, _breakers = fleet_report(inventory)
+    out = []
+    for r in rows:
+        if decide.check_of(r.reason) == lifecycle.SERVICE_REASON:
+            rec = lifecycle.load(r.lifecycle)
+            out.append((r.name, rec["since"] if rec["state"] == lifecycle.SERVICE and rec["since"] else time.time()))
+    return out

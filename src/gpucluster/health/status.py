@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import hostlist
 
 from gpucluster import slurmtext
+from gpucluster.node import lifecycle
 from gpucluster.node.decide import PREFIX, is_drained
 from gpucluster.words import plural
 
@@ -37,6 +38,8 @@ class NodeStatus:
     action: str = ""
     why: str = ""
     fetch_error: str = ""
+    lifecycle: dict = field(default_factory=dict)  # the node's state.json "lifecycle" (node/lifecycle.py)
+    ladder: str = ""  # the GPU error ladder's highest rung the last run read (record, drain, reboot, service)
 
     @property
     def drained(self) -> bool:
@@ -97,7 +100,8 @@ def merge(show_nodes: str, sinfo_reasons: str, states: dict[str, dict], errors: 
             name=name, state=info.state if info else "?", reason=info.reason if info else "",
             reason_user=info.reason_user if info else "", reason_time=info.reason_time if info else "",
             checks=st.get("checks", {}), last_run=st.get("started"), action=st.get("action", ""),
-            why=st.get("why", ""), fetch_error=(errors or {}).get(name, "")))
+            why=st.get("why", ""), fetch_error=(errors or {}).get(name, ""),
+            lifecycle=lifecycle.load(st.get("lifecycle")), ladder=str(st.get("ladder") or "")))
     return rows
 
 
@@ -127,6 +131,14 @@ def format_status(rows: list[NodeStatus], now: float | None = None) -> str:
         lines.append(f"  {reason}")
         lines.append(f"    {hostlist.collect_hostlist([r.name for r in group])}: since {first.reason_time or '-'} "
                      f"by {slurmtext.printable(first.reason_user) or '?'} ({note})")
+    states: dict[str, list[str]] = {}
+    for r in rows:
+        states.setdefault(lifecycle.load(r.lifecycle)["state"] or "not recorded", []).append(r.name)
+    lines.append("lifecycle: " + ", ".join(f"{s} {len(states[s])}" for s in (*lifecycle.STATES, "not recorded")
+                                           if s in states))
+    for s in (lifecycle.SERVICE, lifecycle.ACCEPTANCE, lifecycle.REBOOTING, lifecycle.TRIAGE):
+        if s in states:
+            lines.append(f"  {s}: {hostlist.collect_hostlist(states[s])}")
     lines.append("last checks:")
     for r in rows:
         if r.fetch_error:
@@ -138,6 +150,11 @@ def format_status(rows: list[NodeStatus], now: float | None = None) -> str:
         failed = {n: c for n, c in r.checks.items() if not c.get("ok")}
         head = f"  {r.name} [{r.state}] {_ago(r.last_run, now)}: {r.action or 'none'} ({r.why})"
         lines.append(head)
+        rec = lifecycle.load(r.lifecycle)
+        if rec["state"]:
+            ladder = f"; GPU error ladder: {r.ladder}" if r.ladder else ""
+            lines.append(f"    lifecycle: {rec['state']} since {_when(rec['since'])}{ladder}"
+                         f" ({len(rec['triages'])} triage entries recorded)")
         for name, c in failed.items():
             word = "NOT RUN" if c.get("not_run") else "FAIL"  # an active check whose tool is missing
             lines.append(f"    {word} {name}: {c.get('message', '')} (since {_when(c.get('since'))})")

@@ -516,6 +516,15 @@ class HealthBreaker(Strict):
                            description="each limit is at least this many nodes (small groups)")
 
 
+class HealthLifecycle(Strict):
+    """When a node that keeps failing goes to service-required (a repair ticket), whatever its checks say next."""
+
+    triages: Int = Field(default=3, ge=2, le=100,
+                         description="entries into triage (a drain or a reboot for a fault) within window_days that "
+                                     "send a node to service-required")
+    window_days: Int = Field(default=7, ge=1, le=365, description="the window triage entries are counted over")
+
+
 class Health(Strict):
     enabled: Bool = True
     interval: Int = Field(default=300, ge=5, le=86400, description="HealthCheckInterval, seconds")
@@ -534,6 +543,7 @@ class Health(Strict):
                             description="failing runs in a row before a check of a shared or transient cause "
                                         "(mounts, munge) drains; hardware checks drain on the first")
     breaker: HealthBreaker = Field(default_factory=HealthBreaker)
+    lifecycle: HealthLifecycle = Field(default_factory=HealthLifecycle)
     xid_actions: dict[Annotated[int, Field(ge=1, le=1000)], XidAction] = Field(
         default_factory=dict, description="site overrides of the XID table: XID number to record, drain, reboot "
                                           "or service")

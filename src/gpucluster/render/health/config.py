@@ -15,6 +15,9 @@ from gpucluster.render.slurm import SPOOL_DIR
 from gpucluster.spec.model import NodeGroup
 from gpucluster.spec.stacks import RUN_MARGIN_S, driver_stack, needs_fabric_manager
 
+# node_exporter's textfile collector folder (Debian's prometheus-node-exporter default): the runner writes its
+# metrics there when the folder exists (node/promtext.py).
+TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 STATE_DIR = "/var/lib/gpucluster/health"
 SITE_DIR = "/etc/gpucluster/health.d"
 SKIP_DIR = "/var/lib/gpucluster/skipped"  # where roles record what they skipped (docs/storage.md)
@@ -128,10 +131,12 @@ def node_config(cluster: Cluster, group_name: str) -> dict:
         "run_budget": health.check_timeout + RUN_MARGIN_S,
         "resume_after": health.resume_after,
         "fail_after": health.fail_after,
+        "lifecycle": {"triages": health.lifecycle.triages, "window_s": health.lifecycle.window_days * 86400},
         "stale_after": stale_after(health.interval),
         "munge_key": MUNGE_KEY,
         "run_dir": RUN_DIR,
         "state_dir": STATE_DIR,
+        "textfile_dir": TEXTFILE_DIR,
         "site_dir": SITE_DIR,
         "checks": checks,
         **breakerconf.config_keys(cluster, group.name),

@@ -1,0 +1,188 @@
+"""The node lifecycle (node/lifecycle.py) and its record: the state Slurm shows, each transition with its evidence,
+service-required after `triages` entries into triage in the window or when the GPU error ladder asks for a repair,
+a service-required drain no passing run lifts; its metrics for node_exporter (node/promtext.py); acceptance's
+refusals and verdict (health/accept.py). Through the runner with tests/test_health_runner.py's stand-in scontrol.
+tests/test_health_lifecycle_emulated.py takes nodes through the whole lifecycle on a real slurmctld.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from test_health_reboot import gpu  # noqa: F401 - the runner's node with gpu-xid, shared
+from test_health_runner import node  # noqa: F401 - the runner fixture, shared
+from test_health_xid import X13
+
+from gpucluster.health import accept
+from gpucluster.node import decide, lifecycle, promtext, runner
+
+
+@pytest.mark.parametrize(("state", "reason", "before", "want"), [
+    ("IDLE", "", None, "production"),
+    ("MIXED", "", "triage", "production"),
+    ("IDLE+DRAIN", "gpc:disk-tmp: /tmp 2% free", "production", "triage"),
+    ("DOWN+DRAIN", "gpc:munge: munged does not answer", None, "triage"),
+    ("MIXED+DRAIN+REBOOT_REQUESTED", "gpc:gpu-xid: XID 79 on 0000:3b:00.0", "production", "rebooting"),
+    ("IDLE+DRAIN", "gpc:service: gpu-xid again 2.0 h after its reboot", "rebooting", "service-required"),
+    ("IDLE+MAINT", "", "acceptance", "acceptance"),
+    ("IDLE+MAINT", "", "production", "production"),  # someone else's maintenance reservation
+    ("IDLE", "", "acceptance", "production"),  # the acceptance reservation deleted
+    ("IDLE+DRAIN", "RMA 4711: GPU 3 to be replaced", "production", None),  # by hand: not gpucluster's
+    ("DOWN+NOT_RESPONDING", "Not responding", "production", None),
+], ids=lambda v: str(v))
+def test_the_state_is_read_from_slurm_first(state: str, reason: str, before, want) -> None:
+    assert lifecycle.current(state, reason, before) == want
+
+
+def test_a_transition_keeps_its_why_and_evidence_and_counts_new_faults() -> None:
+    checks = {"disk-tmp": {"ok": False, "message": "/tmp 2% free"}, "munge": {"ok": True, "message": "ok"}}
+    rec = lifecycle.advance({}, 100.0, "production", "first run")
+    rec = lifecycle.advance(rec, 200.0, "triage", "disk-tmp failed", checks)
+    assert rec["state"] == "triage" and rec["since"] == 200.0 and rec["triages"] == [200.0]
+    assert rec["history"][-1] == {"from": "production", "to": "triage", "at": 200.0, "why": "disk-tmp failed",
+                                  "failed": {"disk-tmp": "/tmp 2% free"}}
+    same = lifecycle.advance(rec, 300.0, "triage", "still")
+    assert same == rec  # no move, no entry
+    assert lifecycle.advance(rec, 300.0, None, "drained by hand") == rec
+    back = lifecycle.advance(rec, 400.0, "production", "all checks passed")
+    assert back["triages"] == [200.0]  # leaving triage is no new fault
+    rebooting = lifecycle.advance(back, 500.0, "rebooting", "gpu-xid asks for a reboot")
+    assert rebooting["triages"] == [200.0, 500.0]  # a reboot for a fault is one
+    assert lifecycle.triages_within(rebooting, 500.0 + 250, 300) == [500.0]
+
+
+def test_a_record_from_a_hand_edited_file_gives_what_it_can() -> None:
+    rec = lifecycle.load({"state": "lost", "since": "x", "history": [1, {"to": "triage"}], "triages": ["a", 5]})
+    assert rec == {"state": None, "since": None, "history": [{"to": "triage"}], "triages": [5]}
+    assert lifecycle.load("nonsense") == {"state": None, "since": None, "history": [], "triages": []}
+
+
+def _drain(check: str = "disk-tmp") -> decide.Decision:
+    return decide.Decision("drain", f"gpc:{check}: broken", 0, f"{check} failed")
+
+
+def test_the_third_fault_in_the_window_is_service_required() -> None:
+    day = 86400.0
+    config = {"lifecycle": {"triages": 3, "window_s": 3 * day}}
+    rec = {"state": "production", "triages": [1 * day, 2 * day]}
+    d = lifecycle.escalation(rec, 3.5 * day, "production", _drain(), None, config, "disk-tmp: broken")
+    assert (d.action, d.reason) == ("drain", "gpc:service: in triage 3 times in 3 d; now disk-tmp: broken")
+    assert d.why == "service required: entered triage 3 times within 3 d (limit 3)"
+    # the first fault fell out of the window: two in it, no escalation
+    assert lifecycle.escalation(rec, 4.5 * day, "production", _drain(), None, config, "x") is None
+    # a node already in triage is not entering it again; a resume is no fault
+    assert lifecycle.escalation(rec, 3.5 * day, "triage", _drain(), None, config, "x") is None
+    resume = decide.Decision("resume", "gpc:disk-tmp: broken", 0, "all checks passed")
+    assert lifecycle.escalation(rec, 3.5 * day, "production", resume, None, config, "x") is None
+
+
+def test_the_ladder_asking_for_a_repair_is_service_required_at_once() -> None:
+    d = lifecycle.escalation({}, 1.0, "production", _drain("gpu-xid"), "service", {}, "gpu-xid: XID 64")
+    assert (d.action, d.reason) == ("drain", "gpc:service: gpu-xid: XID 64")
+    assert lifecycle.escalation({}, 1.0, None, _drain("gpu-xid"), "service", {}, "x") is None  # by hand
+
+
+def test_a_service_required_node_keeps_its_reason_whatever_fails_now() -> None:
+    d = lifecycle.escalation({}, 1.0, "service-required", _drain("gpu-count"), None, {}, "gpu-count: 7 of 8 GPUs")
+    assert d.action == "none" and "gpucluster health accept" in d.why
+
+
+def test_service_and_acceptance_drains_are_never_lifted_by_passing_runs() -> None:
+    for reason in ("gpc:service: XID 79 again", "gpc:acceptance: not run: dcgm-diag"):
+        assert decide.check_of(reason) not in runner.resumable([{"name": "gpu-xid"}], reason)
+        d = decide.decide("IDLE+DRAIN", reason, [], 5, 3, runner.resumable([{"name": "gpu-xid"}], reason))
+        assert d.action == "none"
+    assert "gone-check" in runner.resumable([], "gpc:gone-check: x")  # an ordinary removed check still is
+
+
+def _failing_site(node, flag):  # noqa: F811
+    node.site_check("10-disk.sh", f'test ! -e {flag} || {{ echo "disk broken"; exit 1; }}\necho ok\n')
+
+
+def test_through_the_runner_the_third_drain_in_a_week_is_service_required(node) -> None:  # noqa: F811
+    flag = node.tmp / "broken"
+    _failing_site(node, flag)
+    node.write_config(resume_after=1, lifecycle={"triages": 3, "window_s": 7 * 86400})
+    node.run()
+    for n in (1, 2):
+        flag.touch()
+        node.run()
+        assert node.in_slurm == {"state": "IDLE+DRAIN", "reason": "gpc:disk: disk broken"}, n
+        flag.unlink()
+        node.run()
+        assert node.in_slurm["state"] == "IDLE", n
+    flag.touch()
+    node.run()
+    assert node.in_slurm == {"state": "IDLE+DRAIN",
+                             "reason": "gpc:service: in triage 3 times in 7 d; now disk: disk broken"}
+    record = node.state["lifecycle"]
+    assert [h["to"] for h in record["history"]] == ["production", "triage", "production", "triage", "production",
+                                                     "service-required"]
+    assert record["history"][-1]["failed"] == {"disk": "disk broken"} and len(record["triages"]) == 3
+    flag.unlink()
+    for _ in range(3):  # repaired or not: only acceptance brings it back
+        node.run()
+    assert node.in_slurm["reason"].startswith("gpc:service: ") and node.state["action"] == "none"
+    assert node.state["lifecycle"]["state"] == "service-required"
+
+
+def test_the_lifecycle_flag_records_an_operators_move(node) -> None:  # noqa: F811
+    node.run()
+    res = node.run("--lifecycle", "acceptance", "--why", "GPU 3 replaced")
+    assert res.returncode == 0 and "production -> acceptance" in res.stdout, res.stdout + res.stderr
+    last = node.state["lifecycle"]["history"][-1]
+    assert (last["from"], last["to"], last["why"]) == ("production", "acceptance", "GPU 3 replaced")
+
+
+def test_the_run_writes_its_metrics_for_node_exporter(gpu) -> None:  # noqa: F811
+    folder = gpu.tmp / "textfile"
+    folder.mkdir()
+    gpu.configure({"13": "reboot"}, textfile_dir=str(folder))
+    gpu.logged(X13)
+    gpu.run()
+    text = (folder / promtext.FILE).read_text()
+    assert 'gpucluster_health_check_ok{check="gpu-xid"} 0' in text
+    assert 'gpucluster_health_check_fails{check="gpu-xid"} 1' in text
+    assert 'gpucluster_health_lifecycle{state="rebooting"} 1' in text
+    assert 'gpucluster_health_lifecycle{state="production"} 0' in text
+    assert 'gpucluster_health_gpu_errors_open{class="xid13"} 1' in text
+    assert "gpucluster_health_breaker_held 0" in text
+    assert f"gpucluster_health_last_run_timestamp_seconds {gpu.state['started']:g}" in text
+    assert not list(folder.glob("*.tmp*"))
+
+
+def test_metrics_escape_a_site_checks_name_and_skip_a_missing_folder(tmp_path) -> None:
+    text = promtext.render({"checks": {'we"ird\\\nname': {"ok": True}}, "started": 5, "action": "held"})
+    assert 'gpucluster_health_check_ok{check="we\\"ird\\\\\\nname"} 1' in text
+    assert "gpucluster_health_breaker_held 1" in text
+    assert promtext.write(str(tmp_path / "absent"), {}) is None and not (tmp_path / "absent").exists()
+
+
+@pytest.mark.parametrize(("state", "reason", "refused"), [
+    ("IDLE", "", "not drained"),
+    ("IDLE+DRAIN", "RMA 4711", "drained by hand"),
+    ("IDLE+DRAIN", "gpc:service: in triage 3 times", None),
+    ("DOWN+DRAIN", "gpc:gpu-count: 7 of 8 GPUs", None),
+])
+def test_acceptance_is_for_a_node_gpucluster_drained(state: str, reason: str, refused) -> None:
+    got = accept.refusal(state, reason)
+    assert (got is None) if refused is None else (refused in got)
+
+
+def _state(checks: dict) -> str:
+    return json.dumps({"checks": checks})
+
+
+def test_the_acceptance_verdict_needs_every_check_run_since_it_began_and_passed() -> None:
+    t = time.time()
+    fresh = {"gpu-count": {"ok": True, "last": t + 1}, "dcgm-diag": {"ok": True, "last": t + 5, "active": True}}
+    assert accept.verdict(_state(fresh), t, ["dcgm-diag"], "IDLE+MAINT")[0] is True
+    old = {**fresh, "dcgm-diag": {"ok": True, "last": t - 100, "active": True}}
+    assert accept.verdict(_state(old), t, ["dcgm-diag"], "IDLE")[1] == \
+        "not run since the acceptance began: dcgm-diag"
+    not_run = {**fresh, "dcgm-diag": {"ok": None, "not_run": True, "message": "no dcgmi", "last": t + 5}}
+    assert accept.verdict(_state(not_run), t, ["dcgm-diag"], "IDLE")[1] == "failed: dcgm-diag: no dcgmi"
+    assert accept.verdict(_state(fresh), t, ["dcgm-diag"], "IDLE+DRAIN")[0] is False
+    assert accept.verdict("not json", t, [], "IDLE")[1] == "no check ran on the node since the acceptance began"
