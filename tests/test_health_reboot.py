@@ -231,7 +231,8 @@ def test_a_gpu_that_fails_again_after_its_reboot_is_service_required_not_reboote
     gpu.run()
     assert len(gpu.calls("reboot")) == 1
     assert gpu.in_slurm["state"] == "IDLE+DRAIN"
-    assert gpu.in_slurm["reason"].startswith("gpc:service: gpu-xid again 0.0 h after its reboot: XID 79 on "), gpu.in_slurm
+    assert gpu.in_slurm["reason"].startswith("gpc:service: gpu-xid again 0.0 h after its reboot: XID 79 on "), \
+        gpu.in_slurm
     state = gpu.state
     assert state["action"] == "drain" and state["rebooted"] == asked
     assert "not rebooted: this node asked for a reboot 0.0 h ago (one in 24 h)" in state["why"]

@@ -348,3 +348,18 @@ def test_an_operator_closes_the_open_errors_after_a_reset_by_hand(node) -> None:
     node.run("--no-act")
     assert node.state["checks"]["gpu-xid"]["ok"] is True  # and the log is not read again from its start
     assert node.run("--clear-xid").stdout.strip() == "gpucluster-health: no open GPU error to clear"
+
+
+def test_a_containers_restart_is_a_new_boot_though_its_kernel_is_the_hosts(tmp_path) -> None:
+    """A staged node is a container: its kernel's boot id is the host's, so only PID 1's start tells its boots apart
+    (the emulated and staged reboots rely on it to close a reboot-class error)."""
+    (tmp_path / "proc/sys/kernel/random").mkdir(parents=True)
+    (tmp_path / "proc/sys/kernel/random/boot_id").write_text("host-boot\n")
+    assert xid.boot_id(str(tmp_path)) == "host-boot"  # no /proc/1/stat: the kernel's alone
+    (tmp_path / "proc/1").mkdir()
+    stat = "1 (systemd (x) y) S 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 {start} 1000 10"
+    (tmp_path / "proc/1/stat").write_text(stat.format(start=4711))
+    first = xid.boot_id(str(tmp_path))
+    assert first == "host-boot.4711"
+    (tmp_path / "proc/1/stat").write_text(stat.format(start=99812))  # the container started again
+    assert xid.boot_id(str(tmp_path)) != first

@@ -142,7 +142,7 @@ def accept(node: str, slurm: Callable, on_node: Callable, show: Callable[[], tup
     text = on_node(["cat", state_file])
     out.passed, out.why, out.checks = verdict(text.stdout if text.returncode == 0 else "", started,
                                               [c for c, _s in scripts], state)
-    slurm(delete_reservation(node))
+    slurm(delete_reservation(node))  # passed or not, the node leaves its reservation
     out.steps.append(f"reservation {reservation(node)} deleted")
     if out.passed:
         on_node([program, "--lifecycle", lifecycle.PRODUCTION, "--why", f"acceptance passed: {out.why}"])

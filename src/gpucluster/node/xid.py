@@ -117,6 +117,7 @@ MAX_EVENTS = 200  # events classified per run; more are counted, not listed
 KEEP = 20  # events kept in state.json (the most recent), besides the open ones
 KMSG = "/dev/kmsg"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
+INIT_STAT = "/proc/1/stat"  # PID 1: its start tells a container's boots apart (boot_id)
 
 _PCI = r"(?:PCI:)?(?P<dev>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
 NV_XID = re.compile(rf"NVRM: Xid \({_PCI}\): (?P<code>\d{{1,5}}),")
@@ -214,11 +215,22 @@ def describe(event: dict) -> str:
 
 
 def boot_id(root: str = "/") -> str:
+    """This boot: the kernel's boot id, and when PID 1 started (field 22 of /proc/1/stat, in clock ticks since the
+    kernel's boot). On a machine both change together at a boot; in a container (a staged node) the kernel is the
+    host's and only PID 1's start tells one boot of the container from the next. Where either is unreadable, the
+    other alone."""
     try:
         with open(os.path.join(root, BOOT_ID.lstrip("/"))) as fh:
-            return fh.read(64).strip()
+            kernel = fh.read(64).strip()
     except OSError:
-        return ""
+        kernel = ""
+    try:
+        with open(os.path.join(root, INIT_STAT.lstrip("/"))) as fh:
+            fields = fh.read(4096).rpartition(")")[2].split()
+        started = fields[19] if len(fields) > 19 and fields[19].isdigit() else ""
+    except OSError:
+        started = ""
+    return f"{kernel}.{started}" if kernel and started else kernel or started
 
 
 def read_file(path: str, position: dict) -> tuple[list[str], dict, str]:
