@@ -1,4 +1,4 @@
-"""`gpucluster health ticket`: a repair ticket names the node's rack, slot and cables exactly as the plan has them
+"""`gpucluster health ticket`: a repair ticket names the node's rack, U, slot and cables exactly as the plan has them
 (checked against the plan's own rack plan and cabling map, not copied constants), carries Slurm's state and the
 node's failing checks, keeps hostile text inert in Markdown, refuses a webhook URL that is not http(s), and POSTs
 to a receiver on loopback (the only address these tests reach)."""
@@ -36,13 +36,14 @@ def plan_rows(cluster, node: str) -> list[dict]:
     return [r for r in rows if node in (r["a_device"], r["b_device"])]
 
 
-def plan_place(cluster, node: str) -> tuple[str, int]:
-    """(rack, slot) from the plan's rack plan: the rack whose hosts hold the node; slots in the elevation's order."""
+def plan_place(cluster, node: str) -> tuple[str, int, tuple[int, int], int]:
+    """(rack, slot, (lowest U, highest U), rack height) from the plan's rack plan: the rack whose hosts hold the
+    node; slots from the bottom, as the elevation draws them."""
     group = cluster.group_of_host[node]
     i = group.hosts.index(node)
     racks = build_racks(cluster.plan).racks
     rack = next(r for r in racks if r.group == group.name and r.index <= i < r.index + r.nodes)
-    return rack.name, i - rack.index + 1
+    return rack.name, i - rack.index + 1, rack.node_u(i - rack.index), rack.height
 
 
 STAGING = cluster_example("staging")
@@ -67,15 +68,18 @@ def test_the_ticket_places_the_node_and_its_cables_as_the_plan_does(example, nod
     cluster = cluster_example(example)
     plan = ticket.node_plan(cluster, node, {"gpucluster_serial": "SN-1"})
     doc = ticket.build(plan, {})
-    rack, slot = plan_place(cluster, node)
-    assert (doc["where"]["rack"], doc["where"]["slot"]) == (rack, slot)
+    rack, slot, (lowest, highest), height = plan_place(cluster, node)
+    w = doc["where"]
+    assert (w["rack"], w["slot"], w["u_lowest"], w["u_highest"], w["rack_height_u"]) == (rack, slot, lowest, highest,
+                                                                                         height)
+    assert w["u"] == (f"U {lowest}-{highest}" if highest > lowest else f"U {lowest}")
     assert doc["where"]["rack"] == cluster.host_vars(cluster.group_of_host[node],
                                                      cluster.group_of_host[node].hosts.index(node))["gpucluster_rack"]
     rows = plan_rows(cluster, node)
     assert rows and doc["cables"] == rows  # both ends of every cable, in the map's order
     assert doc["where"]["serial"] == "SN-1" and doc["where"]["group"] == cluster.group_of_host[node].name
     page = ticket.markdown(doc)
-    assert f"**rack** `{rack}`, **slot** {slot} of" in page
+    assert f"**rack** `{rack}`, **{w['u']}** (a {height}U rack), **slot** {slot} of" in page
     for r in rows:
         assert f"`{r['a_device']}` port `{r['a_port']}` to `{r['b_device']}` port `{r['b_port']}`" in page
 

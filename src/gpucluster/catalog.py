@@ -37,6 +37,9 @@ class NvlinkRack(_Part):
         description="one link's rate as `nvidia-smi nvlink -s` reports it, in MB/s (53.125 GB/s -> 53125)")
     links_source: Text | None = Field(default=None, max_length=512,
                                       description="where links_per_gpu and link_mbytes_per_s were published")
+    trays_below_switches: Int | None = Field(
+        default=None, ge=0, le=72,
+        description="compute trays under the NVLink switch trays (1U each), the rest above; default: all under")
 
     @property
     def gpus(self) -> int:
@@ -59,6 +62,10 @@ class GpuModel(_Part):
         default="x86_64", description="the CPU architecture of the nodes built with it (Grace trays: arm64)")
     nvlink_domain: NvlinkRack | None = Field(
         default=None, description="rack-scale NVLink (NVL72): the rack the GPU's compute trays share one domain in")
+    # A catalog GPU without a height: 8U, the air-cooled 8-GPU server's, as DGX H100 (NVIDIA DGX H100/H200 User
+    # Guide, mechanical specifications).
+    rack_units: Int = Field(default=8, ge=1, le=64,
+                            description="height of one server (compute tray) built with it, in rack units (U)")
 
 
 class NicModel(_Part):
@@ -90,54 +97,75 @@ NVL72_LINKS_SOURCE = ("NVIDIA NVLink & NVLink Switch page (fifth-generation NVLi
                       "Blackwell GPU, 1.8 TB/s); NVIDIA Health Validation, NVLink checks, nvlink_bandwidth_count_speed "
                       "(expected_link_count 18, expected_speed_mbytes_per_sec 53125 for GB200 and GB300)")
 # The NVL72 rack GB200 and GB300 both ship in: 18 compute trays of 4 GPUs and 9 NVLink switch trays of 2 chips,
-# one NVLink domain of 72 GPUs.
+# one NVLink domain of 72 GPUs. Trays and switch trays are 1U each (NVIDIA DGX GB Rack Scale Systems User Guide,
+# "Rack Configuration"); the switch trays sit in the middle, ten compute trays above them and so eight below
+# (ServeTheHome's photographs of the DGX GB200 NVL72 at GTC 2024: "ten compute nodes in the top stack ... below
+# these nodes are nine NVSwitch shelves").
 NVL72_RACK = NvlinkRack(compute_trays=18, gpus_per_tray=4, switch_trays=9, switch_chips_per_tray=2, links_per_gpu=18,
-                        link_mbytes_per_s=53125, links_source=NVL72_LINKS_SOURCE)
+                        link_mbytes_per_s=53125, links_source=NVL72_LINKS_SOURCE, trays_below_switches=8)
+NVLINK_SWITCH_TRAY_UNITS = 1  # DGX GB Rack Scale Systems User Guide: 9x 1RU NVLink switch trays (NVL36x2 too)
+# A node of a group without a GPU (controller, login, storage) unless the group says otherwise: a two-socket 2U
+# rack server, the common storage and service chassis (Dell PowerEdge R760: 2U).
+CPU_SERVER_RACK_UNITS = 2
 
 
 GPUS: dict[str, GpuModel] = {
     # HGX 8-GPU boards join the GPUs through NVSwitch (Fabric Manager); the 4-GPU boards link them directly.
+    # Heights (rack_units): DGX H100 and DGX H200 are 8U (NVIDIA DGX H100/H200 User Guide, mechanical
+    # specifications), as is Supermicro's air-cooled HGX H100/H200 SYS-821GE-TNHR; liquid-cooled HGX servers are
+    # lower (Supermicro's 4U, xAI Colossus): a group sets node_rack_units.
     "h100-sxm5-80g": GpuModel(vendor="nvidia", name="NVIDIA H100 SXM5 80GB", memory_gb=80, slurm_type="h100",
-                              allowed_per_node=(4, 8), nvswitch_at=(8,)),
+                              allowed_per_node=(4, 8), nvswitch_at=(8,), rack_units=8),
     "h200-sxm-141g": GpuModel(vendor="nvidia", name="NVIDIA H200 SXM 141GB", memory_gb=141, slurm_type="h200",
-                              allowed_per_node=(4, 8), nvswitch_at=(8,)),
+                              allowed_per_node=(4, 8), nvswitch_at=(8,), rack_units=8),
+    # DGX A100 User Guide, mechanical specifications: 6U.
     "a100-sxm4-80g": GpuModel(vendor="nvidia", name="NVIDIA A100 SXM4 80GB", memory_gb=80, slurm_type="a100",
-                              allowed_per_node=(4, 8), nvswitch_at=(8,)),
-    # Four cards, each two GCDs: Slurm and ROCm see 8 GPUs of 64 GB.
+                              allowed_per_node=(4, 8), nvswitch_at=(8,), rack_units=6),
+    # Four cards, each two GCDs: Slurm and ROCm see 8 GPUs of 64 GB. Height: Gigabyte G262-ZO0, a 2U server of
+    # four MI250 OAM modules.
     "mi250x": GpuModel(vendor="amd", name="AMD Instinct MI250X (GCD)", memory_gb=64, slurm_type="mi250x",
-                       allowed_per_node=(2, 4, 6, 8), devices_per_card=2),
+                       allowed_per_node=(2, 4, 6, 8), devices_per_card=2, rack_units=2),
+    # 8-OAM UBB platforms are 8U air-cooled (Supermicro AS-8125GS-TNMR2).
     "mi300x": GpuModel(vendor="amd", name="AMD Instinct MI300X 192GB", memory_gb=192, slurm_type="mi300x",
-                       allowed_per_node=(8,)),
+                       allowed_per_node=(8,), rack_units=8),
     # ---- the current generation. Figures from published datasheets and reference architectures,
     # each source named beside the entry; a figure not found in one is left out (see docs/spec.md).
-    # DGX B200 datasheet: 8 GPUs, 1,440 GB GPU memory in all (180 GB each), joined by NVSwitch.
+    # DGX B200 datasheet: 8 GPUs, 1,440 GB GPU memory in all (180 GB each), joined by NVSwitch. DGX B200 User
+    # Guide, mechanical specifications: 10U.
     "b200-sxm-180g": GpuModel(vendor="nvidia", name="NVIDIA B200 180GB", memory_gb=180, slurm_type="b200",
-                              allowed_per_node=(8,), nvswitch_at=(8,)),
+                              allowed_per_node=(8,), nvswitch_at=(8,), rack_units=10),
     # NVIDIA HGX B300 page and DGX SuperPOD B300 RA: 8 Blackwell Ultra GPUs, 288 GB HBM3e each (2.3 TB a node).
+    # Height: DGX B300's own was not found published; 10U is DGX B200's, the taller of the HGX Blackwell heights
+    # found (ASUS XA NB3I-E12, HGX B300: 9U), so a rack is never planned fuller than it is. The B300 XDR RA puts
+    # four DGX B300 in a rack, which 4 x 10U fits.
     "b300-sxm-288g": GpuModel(vendor="nvidia", name="NVIDIA B300 288GB", memory_gb=288, slurm_type="b300",
-                              allowed_per_node=(8,), nvswitch_at=(8,)),
+                              allowed_per_node=(8,), nvswitch_at=(8,), rack_units=10),
     # DGX SuperPOD GB200 RA (network fabrics): a rack of 18 compute trays and 9 NVLink switch trays, 2 NVLink
     # switch chips each; every GPU has 18 NVLink 5 links, one to each chip; 72 GPUs in one domain, 4 per tray.
     # Memory: 186 GB as nvidia-smi reports it (MLCommons inference v6.1 GB200-NVL72 system description).
     # No NVSwitch on the tray: Fabric Manager runs on the switch trays, the compute trays need IMEX.
     # The tray's CPUs are Grace (Arm Neoverse V2): arm64 nodes.
+    # A compute tray is 1U (DGX GB Rack Scale Systems User Guide: 18x 1RU compute trays).
     "gb200": GpuModel(vendor="nvidia", name="NVIDIA GB200", memory_gb=186, slurm_type="gb200",
                       host_arch="arm64",
                       allowed_per_node=(4,),
-                      nvlink_domain=NVL72_RACK),
+                      nvlink_domain=NVL72_RACK, rack_units=1),
     # NVIDIA Enterprise RA "NVL72 AI factory" (GB300 components): 18 trays of 4 Blackwell Ultra GPUs and 2 Grace
     # CPUs, 9 NVSwitch trays, 4 ConnectX-8 per tray. Memory: 20 TB HBM3e per rack (NVIDIA GB300 NVL72 page),
     # 279 GB per GPU as nvidia-smi reports it (Verda's GB300 NVL72 write-up); links per GPU as GB200 (NVLink 5).
+    # 1U compute trays, as GB200's (the same user guide covers GB200 and GB300 racks).
     "gb300": GpuModel(vendor="nvidia", name="NVIDIA GB300", memory_gb=279, slurm_type="gb300",
                       host_arch="arm64",
                       allowed_per_node=(4,),
-                      nvlink_domain=NVL72_RACK),
+                      nvlink_domain=NVL72_RACK, rack_units=1),
     # AMD Instinct MI325X product page: 256 GB HBM3E; the MI325X platform is 8 OAM modules on one UBB.
+    # Height: Gigabyte G893-ZX1-AAX2 (MI325X), 8U.
     "mi325x": GpuModel(vendor="amd", name="AMD Instinct MI325X 256GB", memory_gb=256, slurm_type="mi325x",
-                       allowed_per_node=(8,)),
-    # AMD Instinct MI355X product page (CDNA 4): 288 GB HBM3E; 8-GPU OAM platforms.
+                       allowed_per_node=(8,), rack_units=8),
+    # AMD Instinct MI355X product page (CDNA 4): 288 GB HBM3E; 8-GPU OAM platforms. Height: the 8U of the
+    # air-cooled UBB chassis above; liquid-cooled MI355X servers are lower (a group sets node_rack_units).
     "mi355x": GpuModel(vendor="amd", name="AMD Instinct MI355X 288GB", memory_gb=288, slurm_type="mi355x",
-                       allowed_per_node=(8,)),
+                       allowed_per_node=(8,), rack_units=8),
 }
 
 NICS: dict[str, NicModel] = {

@@ -8,6 +8,8 @@ Vocabulary:
 - rail group: in a rail-optimised design the rails split into groups, each with its own spines.
   A fat tree has one group holding every leaf.
 - pod: with three tiers, a set of units and the spines that serve only them.
+- rack layout: where a rack of a node group holds its nodes, its NVLink switch trays, its own leaves and its
+  management switches, in U from 1 at the bottom (docs/plan.md, "Rack elevations").
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from gpucluster import trace
-from gpucluster.catalog import SwitchModel
+from gpucluster.catalog import CPU_SERVER_RACK_UNITS, NVLINK_SWITCH_TRAY_UNITS, SwitchModel
 from gpucluster.errors import Finding
 from gpucluster.fabric.nvlink import NvlinkDomain, nvlink_domains
 from gpucluster.spec.model import ClusterSpec, Fabric, NodeGroup
@@ -82,6 +84,60 @@ class PodPlan:
     links_per_core: int = 0  # links from one of these spines to each core it reaches
 
 
+@dataclass(frozen=True)
+class RackLayout:
+    """Where a rack of one node group holds what, in U counted from 1 at the bottom, as elevations are written:
+    the nodes from `first_u` up, lowest first (an NVLink rack's switch trays after the first `below` of them),
+    free U, then at the top the rack's own leaves (fat-tree leaves cabled with DAC: each sits in the rack of its
+    unit's first node), highest first, under the management switches. Arithmetic only: a node's U follows from
+    its place in the rack, so no host is walked."""
+
+    height: int
+    first_u: int  # lowest U of the lowest node
+    node_u: int  # height of one node
+    capacity: int  # nodes of a full rack (nodes_per_rack)
+    below: int  # nodes under the NVLink switch trays (all of them without trays)
+    switch_trays: int  # NVLink switch trays
+    leaf_u: int  # height of one of the rack's own leaves; 0 when the leaves stand elsewhere
+    unit_nodes: int  # nodes under one leaf (a unit)
+    management_u: int
+
+    def node(self, slot: int) -> tuple[int, int]:
+        """Lowest and highest U of the node in `slot` (0: the rack's lowest node)."""
+        lo = self.first_u + slot * self.node_u + (self.trays_u if slot >= self.below else 0)
+        return lo, lo + self.node_u - 1
+
+    @property
+    def trays_u(self) -> int:
+        return self.switch_trays * NVLINK_SWITCH_TRAY_UNITS
+
+    @property
+    def trays(self) -> tuple[int, int] | None:
+        """U of the NVLink switch trays, lowest and highest; None without."""
+        lo = self.first_u + self.below * self.node_u
+        return (lo, lo + self.trays_u - 1) if self.switch_trays else None
+
+    def leaf_units(self, first: int, count: int) -> range:
+        """The units (counted within the group) whose leaf the rack of nodes first..first+count-1 holds."""
+        if not self.leaf_u:
+            return range(0)
+        return range(-(-first // self.unit_nodes), -(-(first + count) // self.unit_nodes))
+
+    def leaf(self, k: int) -> tuple[int, int]:
+        """U of the rack's k-th own leaf (0: the highest, right under the management switches)."""
+        hi = self.height - self.management_u - k * self.leaf_u
+        return hi - self.leaf_u + 1, hi
+
+    @property
+    def management(self) -> tuple[int, int] | None:
+        return (self.height - self.management_u + 1, self.height) if self.management_u else None
+
+    def needs(self, nodes: int) -> int:
+        """U a rack of `nodes` nodes takes, from U1 to its management switches (its first rack: the most leaves)."""
+        leaves = len(self.leaf_units(0, nodes))
+        return self.first_u - 1 + nodes * self.node_u + self.trays_u + leaves * self.leaf_u + self.management_u
+
+
 @dataclass
 class Plan:
     spec: ClusterSpec
@@ -101,6 +157,7 @@ class Plan:
     warnings: list[Finding] = field(default_factory=list)
     pod_plans: list[PodPlan] = field(default_factory=list)  # spines per pod (one entry with 2 tiers)
     domains: list[NvlinkDomain] = field(default_factory=list)  # rack-scale NVLink domains, one per rack (NVL72)
+    layouts: dict[str, RackLayout] = field(default_factory=dict)  # group -> where its racks hold what
 
     # ---- counts -------------------------------------------------------------------------------
     @property
@@ -181,6 +238,10 @@ class Plan:
     def rack_of(self, group: NodeGroup, index: int) -> str:
         start = self.racks[group.name][0][0]
         return f"rack{start + index // group.nodes_per_rack:04d}"
+
+    def u_of(self, group: NodeGroup, index: int) -> tuple[int, int]:
+        """Lowest and highest U of the group's node `index` in its rack (racks start at the group's node 0)."""
+        return self.layouts[group.name].node(index % group.nodes_per_rack)
 
     def hcas(self, group: NodeGroup) -> list[str]:
         if group.hcas:
@@ -314,9 +375,11 @@ def plan_cluster(spec: ClusterSpec) -> Plan:
     upper = _two_tiers(draft, leaves, two_tier_spines) if tiers == 2 else _three_tiers(draft, leaves)
     units = _uplinked(leaves, upper)
     racks = _racks(spec)
+    layouts = _rack_layouts(draft, leaves.unit_nodes)
     return Plan(spec, fab.design, int(tiers), draft.speed, draft.rails, fab.rail_groups, leaves.unit_nodes, units,
                 [leaf, *upper.plans], upper.pods, upper.units_per_pod, upper.spines_per_group, upper.cores_per_plane,
-                racks, warnings=draft.findings, pod_plans=upper.pod_plans, domains=nvlink_domains(spec, racks))
+                racks, warnings=draft.findings, pod_plans=upper.pod_plans, domains=nvlink_domains(spec, racks),
+                layouts=layouts)
 
 
 def _draft(spec: ClusterSpec) -> _Draft:
@@ -561,3 +624,66 @@ def _racks(spec: ClusterSpec) -> dict[str, list[tuple[int, int]]]:
             racks[g.name].append((rack, first))
             rack += 1
     return racks
+
+
+def u_text(lo: int, hi: int) -> str:
+    """A span of rack units as elevations write it: 'U 17-24', or 'U 5' for one unit."""
+    return f"U {lo}" if lo == hi else f"U {lo}-{hi}"
+
+
+def leaves_in_racks(spec: ClusterSpec, unit_nodes: int) -> bool:
+    """Whether the leaves stand in their nodes' racks: a fat tree whose racks each hold at least one whole unit
+    (cabled with DAC, as fabric/cabling.py's endpoint_media says); rail leaves stand at the end of the row."""
+    return spec.fabric.design == "fat-tree" and all(g.nodes_per_rack >= unit_nodes for g in spec.fabric_groups)
+
+
+def _layout(spec: ClusterSpec, group: NodeGroup, leaf_u: int, unit_nodes: int) -> RackLayout:
+    """The rack layout of one group: its node height (the group's, else its GPU's, else a CPU server's) and an
+    NVLink rack's switch trays."""
+    gpu = spec.parts.gpus.get(group.gpu or "")
+    node_u = group.node_rack_units or (gpu.rack_units if gpu else CPU_SERVER_RACK_UNITS)
+    rack = gpu.nvlink_domain if gpu and group.gpus_per_node else None
+    trays = rack.switch_trays if rack else 0
+    below = group.nodes_per_rack
+    if rack and rack.trays_below_switches is not None:
+        below = min(below, rack.trays_below_switches)
+    return RackLayout(spec.racks.height_u, group.rack_first_u, node_u, group.nodes_per_rack, below, trays, leaf_u,
+                      unit_nodes, spec.racks.management_u)
+
+
+def _rack_layouts(d: _Draft, unit_nodes: int) -> dict[str, RackLayout]:
+    """Each group's rack layout. Raises PlanError naming every group whose full rack does not fit its height."""
+    spec = d.spec
+    leaf_u = d.models["leaf"].rack_units if leaves_in_racks(spec, unit_nodes) else 0
+    on_fabric = {g.name for g in spec.fabric_groups}
+    out: dict[str, RackLayout] = {}
+    overfull = False
+    for i, g in enumerate(spec.node_groups):
+        out[g.name] = layout = _layout(spec, g, leaf_u if g.name in on_fabric else 0, unit_nodes)
+        if layout.needs(layout.capacity) > layout.height:
+            d.findings.append(_overfull(i, g, layout))
+            overfull = True
+    if overfull:
+        raise PlanError(d.findings)
+    return out
+
+
+def _overfull(i: int, g: NodeGroup, layout: RackLayout) -> Finding:
+    """A rack too full, with what fills it and the changes that make it fit."""
+    n = layout.capacity
+    parts = [f"{n} node{'s' if n > 1 else ''} of {layout.node_u}U"]
+    if layout.first_u > 1:
+        parts.append(f"{layout.first_u - 1}U kept below them (rack_first_u: {layout.first_u})")
+    if layout.switch_trays:
+        parts.append(f"{layout.switch_trays} NVLink switch trays of {NVLINK_SWITCH_TRAY_UNITS}U")
+    if leaves := len(layout.leaf_units(0, n)):
+        parts.append(f"{leaves} in-rack leaf switch{'es' if leaves > 1 else ''} of {layout.leaf_u}U")
+    if layout.management_u:
+        parts.append(f"{layout.management_u}U of management switches")
+    fits = next((k for k in range(n - 1, 0, -1) if layout.needs(k) <= layout.height), 0)
+    fixes = [f"nodes_per_rack: {fits} or fewer"] if fits and not layout.switch_trays else []
+    fixes += [f"node_rack_units to the servers' real height ({layout.node_u}U now)",
+              f"racks.height_u: {layout.needs(n)} where the racks are that tall"]
+    return Finding(("node_groups", i, "nodes_per_rack"),
+                   f"a rack of group '{g.name}' needs {layout.needs(n)}U ({', '.join(parts)}) but racks are "
+                   f"{layout.height}U", "set " + ", or ".join(fixes), "rack-space")

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from gpucluster.errors import UsageError, did_you_mean, shown
 from gpucluster.fabric.cabling import cabling_rows
+from gpucluster.fabric.plan import u_text
 
 TICKET_VERSION = 1
 SERIAL_VARS = ("gpucluster_serial", "ansible_product_serial")  # inventory host variables, the first one set wins
@@ -29,8 +30,8 @@ KINDS = {"xid": "XID", "sxid": "SXid", "amdgpu": "amdgpu"}  # as node/xid.py's d
 
 
 def _position(plan, group, index: int) -> tuple[str, int]:
-    """(rack, slot): the plan's rack of the group's node `index`, and its slot there, counted from 1 in the
-    order the plan's rack elevation draws the rack's nodes (report/html.py)."""
+    """(rack, slot): the plan's rack of the group's node `index`, and its slot there: its place among the
+    rack's nodes, counted from 1 at the lowest (the plan's rack layout puts them from the bottom up)."""
     for number, first in plan.racks[group.name]:
         if first <= index < first + group.nodes_per_rack:
             return f"rack{number:04d}", index - first + 1
@@ -63,11 +64,14 @@ def node_plan(cluster, node: str, host_vars: dict | None = None) -> dict:
     plan = cluster.plan
     index = group.hosts.index(node)
     rack, slot = _position(plan, group, index)
+    lowest, highest = plan.u_of(group, index)
     unit = plan.unit_of_host.get(node)
     domain = plan.domain_of_host.get(node)
     serial = next((str(host_vars[k]) for k in SERIAL_VARS if (host_vars or {}).get(k)), None)
     gpu = cluster.spec.parts.gpus[group.gpu].name if group.gpu else None
     return {"node": node, "cluster": cluster.name, "group": group.name, "role": group.role, "rack": rack,
+            "u": u_text(lowest, highest), "u_lowest": lowest, "u_highest": highest,
+            "rack_height_u": plan.layouts[group.name].height,
             "slot": slot, "slots": group.nodes_per_rack, "serial": serial,
             "leaf": unit.name if unit else None,
             "pod": f"pod{unit.pod + 1:03d}" if unit is not None and plan.tiers == 3 else None,
@@ -114,8 +118,8 @@ def build(plan: dict, evidence: dict) -> dict:
         "made": _utc(evidence.get("made")),
         "node": plan["node"],
         "cluster": plan["cluster"],
-        "where": {k: plan[k] for k in ("group", "role", "rack", "slot", "slots", "serial", "leaf", "pod",
-                                       "nvlink_domain", "gpus")},
+        "where": {k: plan[k] for k in ("group", "role", "rack", "u", "u_lowest", "u_highest", "rack_height_u",
+                                       "slot", "slots", "serial", "leaf", "pod", "nvlink_domain", "gpus")},
         "cables": [{k: c[k] for k in CABLE_KEYS} for c in plan["cables"]],
         "slurm": {k: slurm.get(k) or None for k in ("state", "reason", "reason_user", "reason_time", "error")},
         "health": health,
@@ -140,8 +144,8 @@ def code(text) -> str:
 
 def _where_lines(t: dict) -> list[str]:
     w = t["where"]
-    lines = [f"- **rack** {code(w['rack'])}, **slot** {w['slot']} of {w['slots']} (the plan's rack elevation, "
-             "counted from the top)",
+    lines = [f"- **rack** {code(w['rack'])}, **{w['u']}** (a {w['rack_height_u']}U rack), **slot** {w['slot']} of "
+             f"{w['slots']} (the plan's rack elevation; U and slots counted from the bottom)",
              f"- **node group** {code(w['group'])} ({w['role']})",
              f"- **serial** {code(w['serial']) if w['serial'] else 'not recorded in the inventory'}"]
     if w["gpus"]:

@@ -12,32 +12,60 @@ from markupsafe import Markup
 
 from gpucluster import __version__
 from gpucluster.cluster import Cluster
+from gpucluster.fabric.plan import u_text
 from gpucluster.fabric.summary import plan_summary
 from gpucluster.report.bom import build_bom
 from gpucluster.report.diagram import fabric_svg, inline_svg, summary_svg
 from gpucluster.report.racks import Rack, build_racks
 from gpucluster.words import number, plural
 
-SLOTS = 16  # node slots drawn per rack; a fuller rack shows how many more
+U_PX = 13  # one rack unit drawn, in px: a 1U row holds a line of the elevation's 11px text
 
 
 @dataclass(frozen=True)
 class Slot:
+    """One row of an elevation: what stands from U `lo` to U `hi` (gpu: a node, empty: a node's place the
+    rack's group leaves empty, tor: a leaf, mgmt, nvswitch, kept: below the nodes, free)."""
+
     kind: str
     text: str
+    lo: int
+    hi: int
+
+    @property
+    def u(self) -> str:
+        return u_text(self.lo, self.hi)
+
+    @property
+    def px(self) -> int:
+        return (self.hi - self.lo + 1) * U_PX
 
 
-def slots(rack: Rack, host: Callable[[int], str]) -> list[Slot]:
-    """The node slots an elevation draws, each with its hostname (`host`: the rack's group's, by index)."""
-    shown = min(rack.capacity, SLOTS)
-    out = []
-    for i in range(shown):
-        if i < rack.nodes:
-            out.append(Slot("gpu", host(rack.index + i)))
-        else:
-            out.append(Slot("empty", "empty"))
-    if rack.capacity > SLOTS:
-        out.append(Slot("empty", f"… {rack.capacity - SLOTS} more slots ({rack.nodes} nodes in all)"))
+def elevation(rack: Rack, host: Callable[[int], str]) -> list[Slot]:
+    """The rack from its top U down, a row for each thing in it at its U (`host`: the rack's group's hostnames,
+    by index): the management switches, the rack's own leaves, free U, the nodes and an NVLink rack's switch
+    trays, and what the rack keeps below its nodes. Every U of the rack is in exactly one row."""
+    lay = rack.layout
+    if lay is None:
+        return []
+    rows = [Slot("gpu", host(rack.index + i), *lay.node(i)) if i < rack.nodes else
+            Slot("empty", "empty", *lay.node(i)) for i in range(rack.capacity)]
+    rows += [Slot("tor", f"leaf {leaf}", *lay.leaf(k)) for k, leaf in enumerate(rack.housed)]
+    if lay.management:
+        rows.append(Slot("mgmt", "management switch", *lay.management))
+    if lay.trays:
+        rows.append(Slot("nvswitch", f"{lay.switch_trays} NVLink switch trays", *lay.trays))
+    if lay.first_u > 1:
+        rows.append(Slot("kept", "kept (rack_first_u)", 1, lay.first_u - 1))
+    out: list[Slot] = []
+    top = lay.height
+    for row in sorted(rows, key=lambda r: -r.hi):
+        if row.hi < top:
+            out.append(Slot("free", "", row.hi + 1, top))
+        out.append(row)
+        top = row.lo - 1
+    if top >= 1:
+        out.append(Slot("free", "", 1, top))
     return out
 
 
@@ -79,5 +107,6 @@ def plan_html(cluster: Cluster, pod: int | None = None) -> str:
         summary_line=summary_line, tiers=tiers, tiers_word=plural(plan.tiers, "tier"),
         explanations=summary["explanations"], warnings=warnings,
         svg=Markup(inline_svg(fabric_svg(plan, pod))), summary_svg=Markup(inline_svg(summary_svg(plan))), bom=bom,
-        racks=racks.racks, rack_sample=racks.sample(), slots=lambda r: slots(r, plan.spec.group(r.group).host),
+        racks=racks.racks, rack_sample=racks.sample(),
+        elevation=lambda r: elevation(r, plan.spec.group(r.group).host),
         storage=summary["storage"], number=number)

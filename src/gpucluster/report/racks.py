@@ -1,7 +1,9 @@
-"""Racks as they stand: which nodes each holds, and which leaf switch each of its rails lands on.
+"""Racks as they stand: which nodes each holds and at which U, which leaf switch each of its rails lands on,
+and which leaves stand in it.
 
-Computed from the plan's arithmetic (racks and units are consecutive ranges of a group's nodes), not
-by walking every host: Colossus 200k has 4,168 racks and 26,042 nodes.
+Computed from the plan's arithmetic (racks and units are consecutive ranges of a group's nodes, a node's U
+follows from its place in the rack: fabric/plan.py's RackLayout), not by walking every host: Colossus 200k
+has 4,168 racks and 26,042 nodes.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from dataclasses import dataclass, field
 
 from gpucluster.fabric import Plan, Unit
 from gpucluster.fabric.cabling import endpoint_media, leaf_name
+from gpucluster.fabric.plan import RackLayout, u_text
 from gpucluster.spec.model import NodeGroup
 
 
@@ -29,11 +32,25 @@ class Rack:
     nvlink_gpus: int = 0
     nvlink_switch_trays: int = 0  # the rack's own NVLink switch trays
     index: int = 0  # the first node's index in its group (hostnames: group.host(index + i))
+    layout: RackLayout | None = None  # where the group's racks hold what, in U
+    housed: tuple[str, ...] = ()  # the leaves standing in this rack, highest first (fat-tree leaves cabled DAC)
 
     @property
     def hosts(self) -> str:
         return self.first if self.first == self.last else f"{self.first}–{self.last}"
 
+    @property
+    def height(self) -> int:
+        return self.layout.height if self.layout else 0
+
+    def node_u(self, slot: int) -> tuple[int, int]:
+        """Lowest and highest U of the node in `slot` (0: the rack's lowest node)."""
+        return self.layout.node(slot) if self.layout else (0, 0)
+
+    @property
+    def span(self) -> str:
+        """The U its nodes take, lowest to highest: 'U 5-36'."""
+        return u_text(self.node_u(0)[0], self.node_u(self.nodes - 1)[1])
 
 
 @dataclass
@@ -77,11 +94,15 @@ def build_racks(plan: Plan) -> RackPlan:
         for number, first in plan.racks[g.name]:
             n = min(g.nodes_per_rack, g.count - first)
             leaves: tuple[str, ...] = ()
+            housed: tuple[str, ...] = ()
             listed = ""
+            layout = plan.layouts[g.name]
             if on_fabric:
                 units = _units(plan, g, first_unit[g.name], first, n)
                 leaves = tuple(leaf_name(plan, u, r) for u in units for r in range(len(u.leaves)))
                 listed = ",".join(_leaf_range(plan, u) for u in units)
+                housed = tuple(leaf_name(plan, plan.units[first_unit[g.name] + k], 0)
+                               for k in layout.leaf_units(first, n))
             name = f"rack{number:04d}"
             d = domains.get(name)
             gpu = spec.parts.gpus.get(g.gpu or "")
@@ -89,7 +110,7 @@ def build_racks(plan: Plan) -> RackPlan:
                                   g.nodes_per_rack, leaves, tor and on_fabric, listed,
                                   nvlink=d.name if d else "", nvlink_gpus=d.gpus if d else 0,
                                   nvlink_switch_trays=gpu.nvlink_domain.switch_trays if d and gpu else 0,
-                                  index=first))
+                                  index=first, layout=layout, housed=housed))
     return out
 
 

@@ -81,6 +81,12 @@ class NodeGroup(Strict):
     nodes_per_rack: Int = Field(default=1, ge=1, le=256,
                                 description="servers one rack holds: the plan counts racks with it (a group of 32 "
                                             "or more left at 1 warns: rack-default)")
+    node_rack_units: Int | None = Field(default=None, ge=1, le=64,
+                                        description="height of one node in U; default: its GPU's rack_units in the "
+                                                    "catalog, 2 without a GPU (docs/plan.md, Rack elevations)")
+    rack_first_u: Int = Field(default=1, ge=1, le=64,
+                              description="the U its lowest node starts at: above what the rack keeps at its "
+                                          "bottom (a CDU, power shelves)")
     features: tuple[Word, ...] = Field(default=(), max_length=64)
 
     @cached_property
@@ -551,6 +557,19 @@ class Health(Strict):
 # ---- end of the driver stacks and node health block ------------------------------------------------
 
 
+class Racks(Strict):
+    """The racks every node group is planned into (docs/plan.md, "Rack elevations")."""
+
+    # 48U, the tall EIA-310 rack: the DGX SuperPOD B300 XDR RA's rack of four DGX B300 (10U each) and three 2U
+    # rack PDUs takes 46U, more than a 42U rack holds. A site of 42U racks sets height_u: 42.
+    height_u: Int = Field(default=48, ge=4, le=64, description="height of a rack in U (EIA-310 units of 44.45 mm)")
+    # One out-of-band management switch a rack, 1U, at the top (a 48-port 1GbE switch for the BMCs, e.g. NVIDIA
+    # SN2201, 1U); the DGX GB200 rack has two (NVIDIA DGX GB Rack Scale Systems User Guide: 2x TOR switches for
+    # management).
+    management_u: Int = Field(default=1, ge=0, le=8,
+                              description="U at the top of every rack for its management switches; 0: none")
+
+
 class ClusterSpec(Strict):
     name: Text = Field(pattern=NAME, max_length=40)
     slurm: Slurm
@@ -560,6 +579,7 @@ class ClusterSpec(Strict):
     catalog: Catalog = Field(default_factory=Catalog)
     drivers: Drivers = Field(default_factory=Drivers)  # driver stacks block (above)
     health: Health = Field(default_factory=Health)  # node health block (above)
+    racks: Racks = Field(default_factory=Racks)
 
     @cached_property
     def parts(self) -> Catalog:
