@@ -186,3 +186,32 @@ def test_the_acceptance_verdict_needs_every_check_run_since_it_began_and_passed(
     assert accept.verdict(_state(not_run), t, ["dcgm-diag"], "IDLE")[1] == "failed: dcgm-diag: no dcgmi"
     assert accept.verdict(_state(fresh), t, ["dcgm-diag"], "IDLE+DRAIN")[0] is False
     assert accept.verdict("not json", t, [], "IDLE")[1] == "no check ran on the node since the acceptance began"
+
+
+class _Done:
+    def __init__(self, rc: int = 0, out: str = "") -> None:
+        self.returncode, self.stdout, self.stderr = rc, out, ""
+
+
+def test_an_acceptance_whose_health_run_drains_the_node_submits_no_job_and_fails() -> None:
+    """The passive run fails and drains the node: a job would pend for ever there, so none is submitted; the node
+    stays drained by its check and leaves its reservation."""
+    slurm_calls, node_calls = [], []
+    shown = iter([("IDLE+DRAIN", "gpc:service: again"), ("IDLE+DRAIN", "gpc:gpu-count: 7 of 8"),
+                  ("IDLE+DRAIN", "gpc:gpu-count: 7 of 8")])
+    t = time.time()
+    state = _state({"gpu-count": {"ok": False, "message": "7 of 8 GPUs", "last": t + 60}})
+
+    def on_node(argv):
+        node_calls.append(argv)
+        return _Done(0, state if argv[0] == "cat" else "")
+
+    def slurm(argv):
+        slurm_calls.append(argv)
+        return _Done()
+
+    out = accept.accept("gpu07", slurm, on_node, lambda: next(shown), "prog", [("dcgm-diag", "/s.sh")], "/st", "fixed")
+    assert not out.passed and out.why == "failed: gpu-count: 7 of 8 GPUs"
+    assert not [c for c in slurm_calls if c[0] == "sbatch"]
+    assert slurm_calls[-1] == accept.delete_reservation("gpu07")
+    assert ["prog", "--lifecycle", "production"] not in [c[:3] for c in node_calls]

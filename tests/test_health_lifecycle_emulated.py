@@ -191,6 +191,7 @@ def test_acceptance_brings_the_repaired_node_back_to_production(cluster, story) 
         info = slurm_node(c, RECUR)
         return info["State"], info["reason"]
 
+    boot(c, RECUR, f"{RECUR}-boot-3")  # repaired: a new boot, the GPU error closed
     t0 = time.monotonic()
     out = accept.accept(RECUR, lambda argv: c.run(argv, timeout=120), on_node, show, program,
                         [("dcgm-diag", str(job))], str(c.base / "nodes" / RECUR / "state" / "state.json"),

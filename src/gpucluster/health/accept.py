@@ -54,8 +54,12 @@ def drain(node: str, why: str) -> list[str]:
             f"Reason={decide.reason_for([(lifecycle.ACCEPTANCE_REASON, why)])}"]
 
 
+DEADLINE = "now+60minutes"  # a job that cannot end by then is removed by slurmctld: `sbatch --wait` never hangs
+
+
 def submit(node: str, script: str) -> list[str]:
-    return ["sbatch", "--parsable", "--wait", f"--reservation={reservation(node)}", "-w", node, script]
+    return ["sbatch", "--parsable", "--wait", f"--deadline={DEADLINE}", f"--reservation={reservation(node)}",
+            "-w", node, script]
 
 
 def refusal(state: str, reason: str) -> str | None:
@@ -95,10 +99,10 @@ def verdict(state_text: str, started: float, wanted: list[str], slurm_state: str
     failed = [f"{n}: {m}" for n, (ok, m) in sorted(got.items()) if not ok]
     if not got:
         return False, "no check ran on the node since the acceptance began", got
-    if missing:
-        return False, f"not run since the acceptance began: {', '.join(missing)}", got
     if failed:
         return False, f"failed: {'; '.join(failed)}", got
+    if missing:
+        return False, f"not run since the acceptance began: {', '.join(missing)}", got
     if decide.is_drained(slurm_state):
         return False, f"Slurm drained the node during the acceptance ({slurm_state})", got
     return True, f"{len(got)} checks passed: {', '.join(sorted(got))}", got
@@ -136,6 +140,9 @@ def accept(node: str, slurm: Callable, on_node: Callable, show: Callable[[], tup
     on_node([program])  # the passive checks now: a failure drains the node (triage)
     out.steps.append("passive checks run")
     for check, script in scripts:
+        if decide.is_drained(show()[0]):  # a failed check drained it: no job would start there
+            out.steps.append(f"{check}: not submitted, the node is drained")
+            continue
         res = slurm(submit(node, script))
         out.steps.append(f"{check}: job {(res.stdout or '').strip() or '?'} ended with exit {res.returncode}")
     state, _reason = show()

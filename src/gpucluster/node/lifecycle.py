@@ -95,9 +95,12 @@ def evidence(checks: dict) -> dict:
         out["failed"] = failing
     data = checks.get("gpu-xid", {}).get("data") if isinstance(checks.get("gpu-xid"), dict) else None
     if isinstance(data, dict):
-        events = [e for e in data.get("open", []) + data.get("recent", [])[-5:] if isinstance(e, dict)]
+        events: dict[tuple, dict] = {}
+        for e in data.get("open", []) + data.get("recent", [])[-5:]:
+            if isinstance(e, dict):
+                events.setdefault((e.get("class"), e.get("device")), e)  # open ones are in recent too
         if events:
-            out["gpu_errors"] = events[:10]
+            out["gpu_errors"] = list(events.values())[:10]
     return out
 
 
