@@ -30,6 +30,7 @@ if $tests; then
   packages+=(
     chromium                      # headless browser: tests/test_report_browser.py loads plan.html
     iperf3 iproute2               # fabric test's stand-in transport, run between two network namespaces in a test
+    prometheus                    # promtool: tests/test_metrics.py checks the rendered Prometheus files and runs their alert tests
   )
 fi
 
@@ -46,8 +47,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
   as_root apt-get update -qq
   as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# Debian starts the daemons it installs; gpucluster runs its own instances on private ports.
-for svc in slurmctld slurmd munge; do
+# Debian starts the daemons it installs; gpucluster runs its own instances on private ports (of Prometheus, only
+# promtool is used).
+for svc in slurmctld slurmd munge prometheus; do
   as_root systemctl disable --now "$svc" >/dev/null 2>&1 || true
 done
 

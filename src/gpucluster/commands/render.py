@@ -22,6 +22,9 @@ RENDER_FAMILIES = (
      r"apt-[a-z_]+-[a-z0-9_-]+\.(sources|pref)|nvidia-peermem-[a-z0-9_-]+\.conf|slurmd-nvidia-[a-z0-9_-]+\.conf"),
     ("IMEX domain node lists", r"imex-domain\.[A-Za-z0-9_.-]+\.hosts"),
     ("health checks", r"gpucluster-health(-[a-z]+)?(\.service|\.timer)?|health-config\.[a-z0-9_-]+\.json"),
+    ("Prometheus config, rules, alerts and targets",
+     r"prometheus(-rules|-alerts)?\.yml|prometheus-targets\.[a-z0-9-]+\.json"),
+    ("Grafana dashboard", r"grafana-dashboard\.json"),
     ("cabling.csv", r"cabling\.csv"),
     ("fabric.topo", r"fabric\.topo"),
     ("bom.csv", r"bom\.csv"),
@@ -76,8 +79,10 @@ def cmd_render(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     p = sub.add_parser("render", help=RENDER_HELP,
                        description="Render every file of a spec into a folder: Slurm and NCCL configs from "
-                                   "templates/, the RoCE and storage settings, the health checks, the cabling map, "
-                                   "the bill of materials and plan.json. All files are written or none.",
+                                   "templates/, the RoCE and storage settings, the health checks, Prometheus's "
+                                   "config, rules, alerts and targets and a Grafana dashboard by topology unit "
+                                   "(docs/metrics.md), the cabling map, the bill of materials and plan.json. All "
+                                   "files are written or none.",
                        epilog="examples:\n"
                               "  gpucluster render examples/staging.yaml -o out/staging\n"
                               "  gpucluster render examples/colossus-200k.yaml -o out/colossus --no-cabling",

@@ -282,6 +282,8 @@ def _file_changes(name: str, a: str, b: str, old: Cluster, new: Cluster, version
         return change(NONE, "copy; the next health run reads it", SLURMD)
     if name in ("plan.json", "bom.csv"):
         return change(NONE, "documentation only: nothing is installed", (), ())
+    if name.startswith(("prometheus", "grafana-")):
+        return change(NONE, "copy to the Prometheus server, import into Grafana: no node reads it", (), ())
     return change(DRAIN, "not known to diff: treated as a package or mount change", SLURM_GROUPS)
 
 

@@ -20,6 +20,7 @@ from gpucluster.render.drivers import render_drivers
 from gpucluster.render.health.rolefiles import generated as health_files
 from gpucluster.render.ibtopo import topofile
 from gpucluster.render.imex import render_imex
+from gpucluster.render.metrics import render_metrics
 from gpucluster.render.nccl import gpu_environment, nccl_settings
 from gpucluster.render.roce import render_roce
 from gpucluster.render.slurm import slurm_context
@@ -113,6 +114,7 @@ def render_all(cluster: Cluster, *, cabling: bool = True) -> dict[str, Output]:
     out.update(health_files(cluster))
     out.update(render_imex(cluster))  # IMEX nodes_config per NVLink domain (render/imex.py)
     out.update(render_drivers(cluster))
+    out.update(render_metrics(cluster))  # Prometheus config, rules, alerts, targets; Grafana (render/metrics.py)
     if cabling:
         out["cabling.csv"] = lambda: _chain(CABLING_HEADER, cabling_rows(plan))
         if cluster.spec.fabric.type == "infiniband":

@@ -570,6 +570,23 @@ class Racks(Strict):
                               description="U at the top of every rack for its management switches; 0: none")
 
 
+class Metrics(Strict):
+    """Prometheus's scrape config, rules and alerts, and a Grafana dashboard, by topology unit (docs/metrics.md)."""
+
+    enabled: Bool = True
+    # At most 2 minutes: a series is looked up 5 minutes back, so a longer interval leaves gaps between scrapes.
+    scrape_interval: Int = Field(default=30, ge=5, le=120,
+                                 description="seconds between scrapes, and between evaluations of the rules")
+    down_minutes: Int = Field(default=5, ge=1, le=120,
+                              description="minutes a node or a unit stays down or degraded before its alert fires")
+    unit_degraded_pct: Num = Field(default=25.0, gt=0, le=100,
+                                   description="share of a topology unit's nodes out of service (down, or not in "
+                                               "production) over which one alert fires for the unit, not one a node")
+    unit_degraded_min_nodes: Int = Field(default=2, ge=1, le=100_000,
+                                         description="nodes out of service a unit needs as well before it counts "
+                                                     "as degraded (small units: one node down stays one node)")
+
+
 class ClusterSpec(Strict):
     name: Text = Field(pattern=NAME, max_length=40)
     slurm: Slurm
@@ -580,6 +597,7 @@ class ClusterSpec(Strict):
     drivers: Drivers = Field(default_factory=Drivers)  # driver stacks block (above)
     health: Health = Field(default_factory=Health)  # node health block (above)
     racks: Racks = Field(default_factory=Racks)
+    metrics: Metrics = Field(default_factory=Metrics)  # Prometheus and Grafana (above)
 
     @cached_property
     def parts(self) -> Catalog:

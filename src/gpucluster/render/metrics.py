@@ -1,0 +1,207 @@
+"""Fleet metrics from the plan: Prometheus's scrape config, its file_sd target files labelled with the topology,
+recording rules by topology unit, pod and node group, the alerts, and a Grafana dashboard (docs/metrics.md).
+
+Why by topology unit: a leaf switch, a scalable unit's rails or a rack's power takes its nodes down together, so
+the unit is the thing to page about. Every target carries its unit, pod, rack and NVLink domain as labels, the
+rules sum nodes out of service per unit, and one alert fires for a degraded unit where its nodes' own alerts are
+held back.
+
+Size: file_sd has no host ranges, so each host is listed once, by name, in its node group's target file. The
+labels are written once per run of hosts that share them (a rack within a unit: the cuts come from the plan's
+arithmetic, unit and rack starts, never from a host-by-host lookup), and the port is not in the file: each scrape
+job adds its exporter's port by relabelling, so one file serves node_exporter and the GPU exporter alike.
+"""
+
+from __future__ import annotations
+
+import json
+from bisect import bisect_right
+from collections.abc import Iterator
+from itertools import pairwise
+
+from gpucluster.cluster import Cluster
+from gpucluster.node.promtext import FILE as PROM_FILE
+from gpucluster.node.xid import CLASSES, LADDER, XIDS
+from gpucluster.render.health.config import TEXTFILE_DIR
+from gpucluster.render.templating import environment
+from gpucluster.spec.model import NodeGroup
+
+# The exporters' default ports: node_exporter's (Prometheus's port allocations), dcgm-exporter's (its
+# --address default :9400), and AMD's device-metrics-exporter's (ServerPort 5000 in its docs and container).
+NODE_EXPORTER_PORT = 9100
+DCGM_PORT = 9400
+AMD_EXPORTER_PORT = 5000
+# Where the health runner writes its metrics for node_exporter's textfile collector (node/promtext.py), read by the
+# rules and alerts: the contract in docs/metrics.md.
+TEXTFILE = f"{TEXTFILE_DIR}/{PROM_FILE}"
+# Files render writes (flat, beside each other: Prometheus reads rule and target files relative to its config).
+CONFIG = "prometheus.yml"
+RULES = "prometheus-rules.yml"
+ALERTS = "prometheus-alerts.yml"
+DASHBOARD = "grafana-dashboard.json"
+# How long an XID the health runner read keeps its alert up, and the window of the link error counters.
+XID_WINDOW = "1h"
+ERROR_WINDOW = "15m"
+# A node's health metrics older than this many health intervals are stale (the node's timer runs the checks
+# itself after about 1.25 intervals without slurmd: docs/health.md).
+STALE_INTERVALS = 3
+# The health checks whose failure says a link is at fault (docs/health.md, The checks).
+LINK_CHECKS = ("hca-ports", "link-flap", "nvlink-fabric", "fabric-manager")
+
+
+def targets_name(group: str) -> str:
+    return f"prometheus-targets.{group}.json"
+
+
+def _cuts(cluster: Cluster, group: NodeGroup) -> list[int]:
+    """Indices where a label of the group's nodes may change: unit, rack and NVLink domain starts and ends."""
+    plan = cluster.plan
+    cuts = {0, group.count, *range(0, group.count, group.nodes_per_rack)}
+    for span in (*plan.units, *plan.domains):
+        if span.group == group.name:
+            cuts.update((span.first, span.first + span.count))
+    return sorted(c for c in cuts if 0 <= c <= group.count)
+
+
+def _spans_of(spans, group: str) -> tuple[list, list[int]]:
+    """A group's units (or domains) in node order, and their first indices, for bisection."""
+    mine = sorted((s for s in spans if s.group == group), key=lambda s: s.first)
+    return mine, [s.first for s in mine]
+
+
+def _at(spans: list, firsts: list[int], index: int):
+    """The span holding node `index`, or None."""
+    i = bisect_right(firsts, index) - 1
+    if i >= 0 and index < spans[i].first + spans[i].count:
+        return spans[i]
+    return None
+
+
+def label_runs(cluster: Cluster, group: NodeGroup) -> Iterator[tuple[int, int, dict[str, str]]]:
+    """(first, count, labels) for each run of the group's nodes that share their topology labels: cluster, group,
+    role; unit and (with three tiers) pod on the fabric; rack; nvlink_domain in a rack-scale NVLink group."""
+    plan = cluster.plan
+    units, unit_firsts = _spans_of(plan.units, group.name)
+    domains, domain_firsts = _spans_of(plan.domains, group.name)
+    base = {"cluster": cluster.name, "group": group.name, "role": group.role}
+    cuts = _cuts(cluster, group)
+    for first, end in pairwise(cuts):
+        labels = dict(base)
+        unit = _at(units, unit_firsts, first)
+        if unit is not None:
+            labels["unit"] = unit.name
+            if plan.tiers == 3:
+                labels["pod"] = f"pod{unit.pod + 1:03d}"
+        labels["rack"] = plan.rack_of(group, first)
+        domain = _at(domains, domain_firsts, first)
+        if domain is not None:
+            labels["nvlink_domain"] = domain.name
+        yield first, end - first, labels
+
+
+_compact = json.JSONEncoder(separators=(",", ":")).encode  # one encoder for the thousands of runs
+
+
+def _hosts(group: NodeGroup, first: int, count: int) -> list[str]:
+    """Host names of `count` nodes from the group's `first`: NodeGroup.host's format, with the name split once."""
+    head, _, tail = group.hostname.partition("#" * group.digits)
+    lo = group.first_index + first
+    return [f"{head}{i:0{group.digits}d}{tail}" for i in range(lo, lo + count)]
+
+
+def targets_text(cluster: Cluster, group: NodeGroup) -> str:
+    """The group's file_sd target file: a JSON list, one target group (hosts and their labels) a line."""
+    lines = [f'{{"targets":{_compact(_hosts(group, first, count))},"labels":{_compact(labels)}}}'
+             for first, count, labels in label_runs(cluster, group)]
+    return "[\n" + ",\n".join(lines) + "\n]\n"
+
+
+def xid_classes(cluster: Cluster) -> list[str]:
+    """The GPU error classes (node/xid.py's names) at `drain` or above on the ladder, the site's health.xid_actions
+    applied as the node applies them: the classes whose events the XID alert fires on."""
+    overrides = cluster.spec.health.xid_actions
+    drain = LADDER.index("drain")
+    out = [f"xid{code}" for code in sorted(set(XIDS) | set(overrides))
+           if LADDER.index(overrides.get(code, XIDS.get(code, ("record",))[0])) >= drain]
+    out += [name for name, (action, _what, _source) in CLASSES.items() if LADDER.index(action) >= drain]
+    return out
+
+
+def dcgm_xids(cluster: Cluster) -> list[int]:
+    """The XID numbers at `drain` or above, as DCGM reports them (its last XID value): the same table."""
+    return [int(name[3:]) for name in xid_classes(cluster) if name[3:].isdigit()]
+
+
+def _jobs(cluster: Cluster) -> list[dict]:
+    """The scrape jobs: node_exporter on every node group, each GPU vendor's exporter on its GPU groups."""
+    spec = cluster.spec
+    jobs = [{"name": "node", "port": NODE_EXPORTER_PORT, "what": "node_exporter, every node",
+             "files": [targets_name(g.name) for g in spec.node_groups]}]
+    for name, vendor, port, what in (("dcgm", "nvidia", DCGM_PORT, "NVIDIA's dcgm-exporter, NVIDIA GPU groups"),
+                                     ("amd-gpu", "amd", AMD_EXPORTER_PORT,
+                                      "AMD's device-metrics-exporter, AMD GPU groups")):
+        files = [targets_name(g.name) for g in spec.gpu_groups if cluster.gpu_vendor(g) == vendor]
+        if files:
+            jobs.append({"name": name, "port": port, "what": what, "files": files})
+    return jobs
+
+
+def _levels(cluster: Cluster) -> list[dict]:
+    """The levels the rules aggregate at: unit and pod (nodes on the fabric), node group (every node). `match`
+    keeps a level to the series that carry its label; `sel` is the same, to follow other matchers."""
+    levels = [("unit", "cluster, group, pod, unit", 'unit!=""')]
+    if cluster.plan.tiers == 3:
+        levels.append(("pod", "cluster, pod", 'pod!=""'))
+    levels.append(("group", "cluster, group", ""))
+    return [{"name": name, "by": by, "match": match, "sel": f", {match}" if match else ""}
+            for name, by, match in levels]
+
+
+def _pct(value: float) -> str:
+    return f"{value / 100:g}"
+
+
+def metrics_context(cluster: Cluster) -> dict:
+    """Everything the metrics templates read, from the spec and the plan."""
+    spec = cluster.spec
+    metrics, health = spec.metrics, spec.health
+    gpu_groups = [{"name": g.name, "gpus": g.gpus_per_node} for g in spec.gpu_groups]
+    jobs = _jobs(cluster)
+    return {
+        "cluster": cluster.name,
+        "uid": f"gpucluster-{cluster.name}"[:40],
+        "interval": f"{metrics.scrape_interval}s",
+        "timeout": f"{min(10, metrics.scrape_interval)}s",
+        "rule_files": [RULES, ALERTS],
+        "jobs": jobs,
+        "levels": _levels(cluster),
+        "pods": cluster.plan.tiers == 3,
+        "gpu_groups": gpu_groups,
+        "gpu_jobs": "|".join(j["name"] for j in jobs[1:]),
+        "down": f"{metrics.down_minutes}m",
+        "share": _pct(metrics.unit_degraded_pct),
+        "share_pct": f"{metrics.unit_degraded_pct:g}",
+        "min_nodes": metrics.unit_degraded_min_nodes,
+        "health": health.enabled,
+        "stale_s": STALE_INTERVALS * health.interval,
+        "stale_intervals": STALE_INTERVALS,
+        "xid_classes": "|".join(xid_classes(cluster)),
+        "dcgm_xids": "|".join(str(n) for n in dcgm_xids(cluster)),
+        "xid_window": XID_WINDOW,
+        "error_window": ERROR_WINDOW,
+        "ecc_max": health.ecc_uncorrected_max,
+        "link_downed_max": health.link_downed_max,
+        "link_checks": "|".join(LINK_CHECKS),
+        "textfile": TEXTFILE,
+    }
+
+
+def render_metrics(cluster: Cluster) -> dict[str, str]:
+    """Every metrics file render writes, by name; none when the spec's metrics.enabled is false."""
+    if not cluster.spec.metrics.enabled:
+        return {}
+    env = environment()
+    ctx = metrics_context(cluster)
+    out = {name: env.get_template(f"metrics/{name}.j2").render(ctx) for name in (CONFIG, RULES, ALERTS, DASHBOARD)}
+    out |= {targets_name(g.name): targets_text(cluster, g) for g in cluster.spec.node_groups}
+    return out

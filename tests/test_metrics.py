@@ -1,0 +1,317 @@
+"""Fleet metrics (render/metrics.py, docs/metrics.md): the rendered Prometheus files read by the real promtool
+(`check config` with its rule and target files, `check rules`, `test rules` on the alert tests in tests/metrics/),
+the dashboard's queries parsed by promtool too, and without promtool: every host once in its group's target file
+with the plan's topology labels, the scrape jobs by GPU vendor, the dashboard's structure, the XID classes the alert
+fires on against the node's own table. Without promtool the promtool tests are skipped (not run), never passed; in
+CI they fail (scripts/setup.sh installs Debian's prometheus package, which ships promtool)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import EXAMPLES, cluster_example, compiled, example_data, skip_or_fail, spec_from_data
+
+from gpucluster.cluster import Cluster, load_cluster
+from gpucluster.node import promtext
+from gpucluster.node.xid import CLASSES, LADDER, XIDS, classify
+from gpucluster.render.metrics import (
+    ALERTS,
+    CONFIG,
+    DASHBOARD,
+    RULES,
+    render_metrics,
+    targets_name,
+    xid_classes,
+)
+
+FIXTURES = Path(__file__).resolve().parent / "metrics"
+RULE_TESTS = sorted(p.name for p in FIXTURES.glob("*.test.yml"))
+# promtool reads these: each fabric design and size once, an NVL72 cluster (nvlink_domain) and an AMD one.
+CHECKED = ["staging", "meta-24k-ib", "colossus-200k", "gb200-superpod", "mi355x-800g-roce"]
+TOPOLOGY = ("cluster", "group", "role", "unit", "pod", "rack", "nvlink_domain")
+DRAIN = LADDER.index("drain")
+
+
+def promtool(folder: Path, *args: str) -> subprocess.CompletedProcess:
+    tool = shutil.which("promtool")
+    if tool is None:
+        skip_or_fail("not run: promtool is not installed (apt-get install prometheus: Debian's package ships it)")
+    return subprocess.run([tool, *args], cwd=folder, capture_output=True, text=True, timeout=600,
+                          stdin=subprocess.DEVNULL, check=False)
+
+
+def written(cluster: Cluster, folder: Path) -> dict[str, str]:
+    files = render_metrics(cluster)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return files
+
+
+def fixture_cluster() -> Cluster:
+    return load_cluster(FIXTURES / "cluster.yaml")
+
+
+# ---- the real promtool ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_promtool_accepts_the_config_with_its_rule_and_target_files(name, tmp_path) -> None:
+    """`promtool check config` loads the rule files and every file_sd target file the jobs name (a missing one is
+    a WARNING, a malformed one a failure)."""
+    written(cluster_example(name), tmp_path)
+    res = promtool(tmp_path, "check", "config", CONFIG)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert "WARNING" not in out, out
+    assert "SUCCESS: 2 rule files found" in out, out
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_promtool_accepts_the_rules_and_alerts(name, tmp_path) -> None:
+    written(cluster_example(name), tmp_path)
+    res = promtool(tmp_path, "check", "rules", RULES, ALERTS)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("SUCCESS") == 2, res.stdout
+
+
+@pytest.mark.parametrize("fixture", RULE_TESTS)
+def test_alerts_under_promtool_test_rules(fixture, tmp_path) -> None:
+    """The alert tests of tests/metrics/ (each file says what it shows) against the rules rendered from
+    tests/metrics/cluster.yaml."""
+    written(fixture_cluster(), tmp_path)
+    shutil.copy(FIXTURES / fixture, tmp_path / fixture)
+    res = promtool(tmp_path, "test", "rules", fixture)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "SUCCESS" in res.stdout, res.stdout
+
+
+def dashboard_queries(dashboard: dict) -> dict[str, str]:
+    """name -> PromQL of every query the dashboard holds: each panel target's expr and each variable's
+    label_values() selector, Grafana's variables put in as a user's choice would put them."""
+    values = {"$cluster": "c", "$group": ".+", "$unit": ".+", "$__rate_interval": "2m", "${datasource}": "p"}
+    out = {}
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            out[f"dashboard:panel_{panel['id']}_{target['refId']}"] = target["expr"]
+    for var in dashboard["templating"]["list"]:
+        if var["type"] == "query":
+            m = re.fullmatch(r"label_values\((.+), ([a-z_]+)\)", var["query"]["query"])
+            assert m, var["query"]
+            out[f"dashboard:variable_{var['name']}"] = m.group(1)
+    for name, expr in out.items():
+        for var, value in values.items():
+            expr = expr.replace(var, value)
+        assert "$" not in expr, f"{name}: a variable the test does not fill: {expr}"
+        out[name] = expr
+    return out
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_dashboard_queries_parse_under_promtool(name, tmp_path) -> None:
+    """No Grafana server here: each of the dashboard's queries becomes a recording rule that promtool parses."""
+    dashboard = json.loads(render_metrics(cluster_example(name))[DASHBOARD])
+    rules = [{"record": record, "expr": expr} for record, expr in dashboard_queries(dashboard).items()]
+    (tmp_path / "dashboard-rules.yml").write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    res = promtool(tmp_path, "check", "rules", "dashboard-rules.yml")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"SUCCESS: {len(rules)} rules found" in res.stdout, res.stdout
+
+
+# ---- the target files: every host once, with the plan's labels -----------------------------------
+
+def planned_labels(cluster: Cluster, group, index: int) -> dict[str, str]:
+    """A host's topology labels from the plan, host by host (the renderer cuts runs by arithmetic instead)."""
+    plan, host = cluster.plan, group.host(index)
+    out = {"cluster": cluster.name, "group": group.name, "role": group.role}
+    unit = plan.unit_of_host.get(host)
+    if unit is not None:
+        out["unit"] = unit.name
+        if plan.tiers == 3:
+            out["pod"] = f"pod{unit.pod + 1:03d}"
+    out["rack"] = plan.rack_of(group, index)
+    domain = plan.domain_of_host.get(host)
+    if domain is not None:
+        out["nvlink_domain"] = domain.name
+    return out
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_target_files_list_every_host_once_with_its_plan_labels(name) -> None:
+    cluster = cluster_example(name)
+    files = render_metrics(cluster)
+    for group in cluster.spec.node_groups:
+        listed = [(host, tg["labels"]) for tg in json.loads(files[targets_name(group.name)]) for host in tg["targets"]]
+        assert [host for host, _ in listed] == group.hosts
+        for i, (host, labels) in enumerate(listed):
+            assert labels == planned_labels(cluster, group, i), host
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_labels_are_written_once_a_run_not_once_a_host(name) -> None:
+    """A target group per run of hosts that share unit, rack and NVLink domain: at most one per unit, rack and
+    domain boundary, so the file grows with the hosts' names, and its labels with units and racks."""
+    cluster = cluster_example(name)
+    plan = cluster.plan
+    for group in cluster.spec.node_groups:
+        groups = json.loads(render_metrics(cluster)[targets_name(group.name)])
+        spans = (len(plan.racks[group.name]) + sum(u.group == group.name for u in plan.units)
+                 + sum(d.group == group.name for d in plan.domains))
+        assert len(groups) <= spans
+        labels = [tg["labels"] for tg in groups]
+        assert all(a != b for a, b in pairwise(labels)), "two runs in a row with one label set"
+
+
+def test_the_rule_tests_labels_are_the_plans() -> None:
+    """The series and expected alerts of tests/metrics/*.test.yml carry the labels the plan of
+    tests/metrics/cluster.yaml gives each host."""
+    cluster = fixture_cluster()
+    by_host = {g.host(i): planned_labels(cluster, g, i) for g in cluster.spec.node_groups for i in range(g.count)}
+    seen = 0
+    for fixture in RULE_TESTS:
+        doc = yaml.safe_load((FIXTURES / fixture).read_text())
+        for test in doc["tests"]:
+            found = [dict(re.findall(r'(\w+)="([^"]*)"', s["series"])) for s in test["input_series"]]
+            found += [a["exp_labels"] for t in test.get("alert_rule_test", []) for a in t.get("exp_alerts", [])]
+            for labels in found:
+                if "instance" in labels:
+                    topology = {k: v for k, v in labels.items() if k in TOPOLOGY}
+                    assert topology == by_host[labels["instance"]], (fixture, labels)
+                    seen += 1
+    assert seen > 100
+
+
+# ---- scrape jobs ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_scrape_jobs_node_exporter_everywhere_and_each_gpu_vendor_on_its_groups(name) -> None:
+    cluster = cluster_example(name)
+    config = yaml.safe_load(render_metrics(cluster)[CONFIG])
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    by_vendor = {v: [targets_name(g.name) for g in cluster.spec.gpu_groups if cluster.gpu_vendor(g) == v]
+                 for v in ("nvidia", "amd")}
+    expected = {"node": ([targets_name(g.name) for g in cluster.spec.node_groups], 9100),
+                "dcgm": (by_vendor["nvidia"], 9400), "amd-gpu": (by_vendor["amd"], 5000)}
+    assert set(jobs) == {job for job, (files, _port) in expected.items() if files}
+    for job, body in jobs.items():
+        files, port = expected[job]
+        assert body["file_sd_configs"] == [{"files": files}]
+        assert body["relabel_configs"][-1]["replacement"] == f"${{1}}:{port}"
+    interval = cluster.spec.metrics.scrape_interval
+    assert config["global"]["scrape_interval"] == f"{interval}s"
+    assert int(config["global"]["scrape_timeout"].rstrip("s")) <= interval
+
+
+def test_a_short_scrape_interval_keeps_the_timeout_within_it(tmp_path) -> None:
+    """Prometheus refuses a scrape_timeout longer than the interval: the shortest interval the spec takes."""
+    data = example_data("staging")
+    data["metrics"] = {"scrape_interval": 5}
+    cluster = compiled(spec_from_data(data))
+    written(cluster, tmp_path)
+    res = promtool(tmp_path, "check", "config", CONFIG)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+# ---- thresholds and classes from the spec ---------------------------------------------------------
+
+def alerts_of(cluster: Cluster) -> dict[str, dict]:
+    doc = yaml.safe_load(render_metrics(cluster)[ALERTS])
+    return {rule["alert"]: rule for group in doc["groups"] for rule in group["rules"]}
+
+
+def test_thresholds_come_from_the_spec() -> None:
+    data = example_data("staging")
+    data["metrics"] = {"unit_degraded_pct": 40, "unit_degraded_min_nodes": 3, "down_minutes": 9}
+    data.setdefault("health", {})["ecc_uncorrected_max"] = 7
+    alerts = alerts_of(compiled(spec_from_data(data)))
+    unit = alerts["GpuclusterUnitDegraded"]
+    assert "ratio > 0.4" in unit["expr"] and "sum >= 3" in unit["expr"] and unit["for"] == "9m"
+    assert "ratio > 0.4" in alerts["GpuclusterNodeDown"]["expr"]
+    assert "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{job=\"dcgm\"} > 7" in alerts["GpuclusterGpuEccUncorrected"]["expr"]
+
+
+def test_xid_alert_classes_are_the_nodes_classes_that_drain() -> None:
+    """The class label the node writes is xid.py's class of the line it read: the alert fires on a class exactly
+    when that class's rung, with the site's health.xid_actions, is drain or above."""
+    data = example_data("staging")
+    data.setdefault("health", {})["xid_actions"] = {13: "drain", 79: "record", 999: "service"}
+    cluster = compiled(spec_from_data(data))
+    overrides = {str(k): v for k, v in cluster.spec.health.xid_actions.items()}
+    regex = re.search(r'class=~"([^"]+)"', alerts_of(cluster)["GpuclusterGpuXid"]["expr"]).group(1)
+    assert regex.split("|") == xid_classes(cluster)
+    for code in sorted({*XIDS, 13, 79, 999, 1}):
+        event = classify(f"NVRM: Xid (PCI:0000:3b:00): {code}, pid=1, text", overrides)
+        assert (re.fullmatch(regex, event["class"]) is not None) == (LADDER.index(event["action"]) >= DRAIN), code
+    for cls, (action, _what, _source) in CLASSES.items():
+        assert (cls in xid_classes(cluster)) == (LADDER.index(action) >= DRAIN), cls
+
+
+# Health metrics the rules read that node/promtext.py does not write yet, each with what it is; an entry the runner
+# starts writing fails here until it leaves the list, so the list only shrinks.
+NOT_WRITTEN = {"gpucluster_health_xid_events_total": "the contract's counter of GPU error classes read; the runner "
+                                                     "writes gpucluster_health_gpu_errors_open (open errors) so far"}
+
+
+def test_the_rules_read_the_health_metrics_the_runner_writes() -> None:
+    """Every gpucluster_health_* name the rules, alerts and dashboard read is one node/promtext.py writes (the names
+    of docs/metrics.md's contract), but those NOT_WRITTEN says."""
+    summary = {"checks": {"gpu-xid": {"ok": False, "fails": 1, "data": {"open": [{"class": "xid79"}]}}},
+               "started": 1.0, "action": "held"}
+    written = set(re.findall(r"^(gpucluster_health_\w+)", promtext.render(summary), re.M))
+    files = render_metrics(cluster_example("staging"))
+    read = set(re.findall(r"(?<![:\w])gpucluster_health_\w+", files[RULES] + files[ALERTS] + files[DASHBOARD]))
+    assert read - written == set(NOT_WRITTEN)
+
+
+def test_a_metrics_change_disrupts_no_node() -> None:
+    """`gpucluster diff`: the metrics files go to the Prometheus and Grafana servers, so a threshold changed is
+    class none on no host, never a drain."""
+    from gpucluster.diff.changes import NONE, diff_clusters
+
+    data = example_data("staging")
+    data["metrics"] = {"unit_degraded_pct": 30}
+    result = diff_clusters(cluster_example("staging"), compiled(spec_from_data(data)))
+    changed = [c for c in result.changes if c.target.startswith(("prometheus", "grafana-"))]
+    assert changed and all(c.cls == NONE and not c.hosts for c in changed), changed
+
+
+def test_disabled_metrics_render_nothing() -> None:
+    data = example_data("staging")
+    data["metrics"] = {"enabled": False}
+    assert render_metrics(compiled(spec_from_data(data))) == {}
+
+
+# ---- the dashboard ----------------------------------------------------------------------------
+
+GRAFANA_BUILTINS = {"__rate_interval", "__all"}
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_dashboard_structure(name) -> None:
+    """Valid JSON; unique panel ids; panels inside the 24 columns and not overlapping; every query target with
+    its own refId and an expr; every variable a query uses defined; the repeated row's variable multi-valued."""
+    dashboard = json.loads(render_metrics(cluster_example(name))[DASHBOARD])
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    panels = dashboard["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    cells: set[tuple[int, int]] = set()
+    for panel in panels:
+        pos = panel["gridPos"]
+        assert pos["x"] >= 0 and pos["x"] + pos["w"] <= 24, panel["title"]
+        mine = {(x, y) for x in range(pos["x"], pos["x"] + pos["w"]) for y in range(pos["y"], pos["y"] + pos["h"])}
+        assert not cells & mine, f"{panel['title']} overlaps another panel"
+        cells |= mine
+        if panel["type"] == "row":
+            if "repeat" in panel:
+                assert variables[panel["repeat"]]["multi"] is True
+            continue
+        assert panel["datasource"]["uid"] == "${datasource}"
+        refs = [t["refId"] for t in panel["targets"]]
+        assert refs and len(set(refs)) == len(refs) and all(t["expr"] for t in panel["targets"])
+    used = set(re.findall(r"\$\{?(\w+)", json.dumps(dashboard)))
+    assert used - GRAFANA_BUILTINS <= set(variables), used - set(variables)
