@@ -1,4 +1,4 @@
-"""The node lifecycle (node/lifecycle.py) and its record: the state Slurm shows, each transition with its evidence,
+"""The node lifecycle (node/nodestate.py) and its record: the state Slurm shows, each transition with its evidence,
 service-required after `triages` entries into triage in the window or when the GPU error ladder asks for a repair,
 a service-required drain no passing run lifts; its metrics for node_exporter (node/promtext.py); acceptance's
 refusals and verdict (health/accept.py). Through the runner with tests/test_health_runner.py's stand-in scontrol.
@@ -16,7 +16,7 @@ from test_health_runner import node  # noqa: F401 - the runner fixture, shared
 from test_health_xid import X13
 
 from gpucluster.health import accept
-from gpucluster.node import decide, lifecycle, promtext, runner
+from gpucluster.node import decide, nodestate, promtext, runner
 
 
 @pytest.mark.parametrize(("state", "reason", "before", "want"), [
@@ -33,30 +33,30 @@ from gpucluster.node import decide, lifecycle, promtext, runner
     ("DOWN+NOT_RESPONDING", "Not responding", "production", None),
 ], ids=lambda v: str(v))
 def test_the_state_is_read_from_slurm_first(state: str, reason: str, before, want) -> None:
-    assert lifecycle.current(state, reason, before) == want
+    assert nodestate.current(state, reason, before) == want
 
 
 def test_a_transition_keeps_its_why_and_evidence_and_counts_new_faults() -> None:
     checks = {"disk-tmp": {"ok": False, "message": "/tmp 2% free"}, "munge": {"ok": True, "message": "ok"}}
-    rec = lifecycle.advance({}, 100.0, "production", "first run")
-    rec = lifecycle.advance(rec, 200.0, "triage", "disk-tmp failed", checks)
+    rec = nodestate.advance({}, 100.0, "production", "first run")
+    rec = nodestate.advance(rec, 200.0, "triage", "disk-tmp failed", checks)
     assert rec["state"] == "triage" and rec["since"] == 200.0 and rec["triages"] == [200.0]
     assert rec["history"][-1] == {"from": "production", "to": "triage", "at": 200.0, "why": "disk-tmp failed",
                                   "failed": {"disk-tmp": "/tmp 2% free"}}
-    same = lifecycle.advance(rec, 300.0, "triage", "still")
+    same = nodestate.advance(rec, 300.0, "triage", "still")
     assert same == rec  # no move, no entry
-    assert lifecycle.advance(rec, 300.0, None, "drained by hand") == rec
-    back = lifecycle.advance(rec, 400.0, "production", "all checks passed")
+    assert nodestate.advance(rec, 300.0, None, "drained by hand") == rec
+    back = nodestate.advance(rec, 400.0, "production", "all checks passed")
     assert back["triages"] == [200.0]  # leaving triage is no new fault
-    rebooting = lifecycle.advance(back, 500.0, "rebooting", "gpu-xid asks for a reboot")
+    rebooting = nodestate.advance(back, 500.0, "rebooting", "gpu-xid asks for a reboot")
     assert rebooting["triages"] == [200.0, 500.0]  # a reboot for a fault is one
-    assert lifecycle.triages_within(rebooting, 500.0 + 250, 300) == [500.0]
+    assert nodestate.triages_within(rebooting, 500.0 + 250, 300) == [500.0]
 
 
 def test_a_record_from_a_hand_edited_file_gives_what_it_can() -> None:
-    rec = lifecycle.load({"state": "lost", "since": "x", "history": [1, {"to": "triage"}], "triages": ["a", 5]})
+    rec = nodestate.load({"state": "lost", "since": "x", "history": [1, {"to": "triage"}], "triages": ["a", 5]})
     assert rec == {"state": None, "since": None, "history": [{"to": "triage"}], "triages": [5]}
-    assert lifecycle.load("nonsense") == {"state": None, "since": None, "history": [], "triages": []}
+    assert nodestate.load("nonsense") == {"state": None, "since": None, "history": [], "triages": []}
 
 
 def _drain(check: str = "disk-tmp") -> decide.Decision:
@@ -67,25 +67,25 @@ def test_the_third_fault_in_the_window_is_service_required() -> None:
     day = 86400.0
     config = {"lifecycle": {"triages": 3, "window_s": 3 * day}}
     rec = {"state": "production", "triages": [1 * day, 2 * day]}
-    d = lifecycle.escalation(rec, 3.5 * day, "production", _drain(), None, config, "disk-tmp: broken")
+    d = nodestate.escalation(rec, 3.5 * day, "production", _drain(), None, config, "disk-tmp: broken")
     assert (d.action, d.reason) == ("drain", "gpc:service: in triage 3 times in 3 d; now disk-tmp: broken")
     assert d.why == "service required: entered triage 3 times within 3 d (limit 3)"
     # the first fault fell out of the window: two in it, no escalation
-    assert lifecycle.escalation(rec, 4.5 * day, "production", _drain(), None, config, "x") is None
+    assert nodestate.escalation(rec, 4.5 * day, "production", _drain(), None, config, "x") is None
     # a node already in triage is not entering it again; a resume is no fault
-    assert lifecycle.escalation(rec, 3.5 * day, "triage", _drain(), None, config, "x") is None
+    assert nodestate.escalation(rec, 3.5 * day, "triage", _drain(), None, config, "x") is None
     resume = decide.Decision("resume", "gpc:disk-tmp: broken", 0, "all checks passed")
-    assert lifecycle.escalation(rec, 3.5 * day, "production", resume, None, config, "x") is None
+    assert nodestate.escalation(rec, 3.5 * day, "production", resume, None, config, "x") is None
 
 
 def test_the_ladder_asking_for_a_repair_is_service_required_at_once() -> None:
-    d = lifecycle.escalation({}, 1.0, "production", _drain("gpu-xid"), "service", {}, "gpu-xid: XID 64")
+    d = nodestate.escalation({}, 1.0, "production", _drain("gpu-xid"), "service", {}, "gpu-xid: XID 64")
     assert (d.action, d.reason) == ("drain", "gpc:service: gpu-xid: XID 64")
-    assert lifecycle.escalation({}, 1.0, None, _drain("gpu-xid"), "service", {}, "x") is None  # by hand
+    assert nodestate.escalation({}, 1.0, None, _drain("gpu-xid"), "service", {}, "x") is None  # by hand
 
 
 def test_a_service_required_node_keeps_its_reason_whatever_fails_now() -> None:
-    d = lifecycle.escalation({}, 1.0, "service-required", _drain("gpu-count"), None, {}, "gpu-count: 7 of 8 GPUs")
+    d = nodestate.escalation({}, 1.0, "service-required", _drain("gpu-count"), None, {}, "gpu-count: 7 of 8 GPUs")
     assert d.action == "none" and "gpucluster health accept" in d.why
 
 
@@ -215,3 +215,21 @@ def test_an_acceptance_whose_health_run_drains_the_node_submits_no_job_and_fails
     assert not [c for c in slurm_calls if c[0] == "sbatch"]
     assert slurm_calls[-1] == accept.delete_reservation("gpu07")
     assert ["prog", "--lifecycle", "production"] not in [c[:3] for c in node_calls]
+
+
+def test_the_xid_counter_counts_every_error_read_and_survives_a_bad_file(gpu) -> None:  # noqa: F811
+    folder = gpu.tmp / "textfile"
+    folder.mkdir()
+    gpu.configure({"13": "record"}, textfile_dir=str(folder))
+    gpu.logged(X13, X13)
+    gpu.run()
+    gpu.logged(X13)
+    gpu.run()
+    assert 'gpucluster_health_xid_events_total{class="xid13"} 3' in (folder / promtext.FILE).read_text()
+    assert "# TYPE gpucluster_health_xid_events_total counter" in (folder / promtext.FILE).read_text()
+    state = gpu.state
+    state["checks"]["gpu-xid"]["data"]["counts"] = {"xid13": "lots", "x": True, "xid79": 2}
+    (gpu.state_dir / "state.json").write_text(json.dumps(state))
+    gpu.run()
+    text = (folder / promtext.FILE).read_text()
+    assert 'class="xid79"} 2' in text and 'class="xid13"' not in text and 'class="x"' not in text

@@ -30,7 +30,7 @@ from test_health_xid import X79
 from gpucluster.cluster import load_cluster
 from gpucluster.emulate import SlurmCluster
 from gpucluster.health import accept, ticket
-from gpucluster.node import decide, lifecycle, runner, slurmctl
+from gpucluster.node import decide, nodestate, runner, slurmctl
 from gpucluster.render.health.breakerconf import limit
 from gpucluster.spec.model import HealthBreaker
 
@@ -205,7 +205,7 @@ def test_acceptance_brings_the_repaired_node_back_to_production(cluster, story) 
     moves = [h["to"] for h in state_of(c, RECUR)["lifecycle"]["history"]]
     assert moves[-3:] == ["service-required", "acceptance", "production"], moves
     # the next passive run keeps it in production
-    assert runner.run(str(config), node=RECUR)["lifecycle"]["state"] == lifecycle.PRODUCTION
+    assert runner.run(str(config), node=RECUR)["lifecycle"]["state"] == nodestate.PRODUCTION
 
 
 def test_a_node_drained_by_hand_is_never_touched(cluster, story) -> None:

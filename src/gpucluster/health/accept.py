@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gpucluster.node import decide, lifecycle
+from gpucluster.node import decide, nodestate
 
 RESERVATION_PREFIX = "gpc_accept_"
 SINGLE_NODE = ("dcgm-diag", "nccl-allreduce")  # ib-bandwidth needs a partner node: not part of acceptance
@@ -51,7 +51,7 @@ def resume(node: str) -> list[str]:
 
 def drain(node: str, why: str) -> list[str]:
     return ["scontrol", "update", f"NodeName={node}", "State=DRAIN",
-            f"Reason={decide.reason_for([(lifecycle.ACCEPTANCE_REASON, why)])}"]
+            f"Reason={decide.reason_for([(nodestate.ACCEPTANCE_REASON, why)])}"]
 
 
 DEADLINE = "now+60minutes"  # a job that cannot end by then is removed by slurmctld: `sbatch --wait` never hangs
@@ -130,7 +130,7 @@ def accept(node: str, slurm: Callable, on_node: Callable, show: Callable[[], tup
 
     step(slurm, create_reservation(node), f"reservation {reservation(node)} created")
     try:
-        step(on_node, [program, "--lifecycle", lifecycle.ACCEPTANCE, "--why", f"repaired: {why}"],
+        step(on_node, [program, "--lifecycle", nodestate.ACCEPTANCE, "--why", f"repaired: {why}"],
              "record: acceptance")
         step(slurm, resume(node), "resumed into the reservation")
     except RuntimeError:
@@ -152,7 +152,7 @@ def accept(node: str, slurm: Callable, on_node: Callable, show: Callable[[], tup
     slurm(delete_reservation(node))  # passed or not, the node leaves its reservation
     out.steps.append(f"reservation {reservation(node)} deleted")
     if out.passed:
-        on_node([program, "--lifecycle", lifecycle.PRODUCTION, "--why", f"acceptance passed: {out.why}"])
+        on_node([program, "--lifecycle", nodestate.PRODUCTION, "--why", f"acceptance passed: {out.why}"])
         out.steps.append("record: production")
     elif not decide.is_drained(state):
         slurm(drain(node, out.why))  # nothing drained it (a check not run): held for a person

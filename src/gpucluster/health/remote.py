@@ -176,12 +176,12 @@ def service_required(inventory) -> list[tuple[str, float]]:
     since when, from the node's lifecycle record, else now."""
     import time
 
-    from gpucluster.node import decide, lifecycle
+    from gpucluster.node import decide, nodestate
 
     rows, _breakers = fleet_report(inventory)
     out = []
     for r in rows:
-        if decide.check_of(r.reason) == lifecycle.SERVICE_REASON:
-            rec = lifecycle.load(r.lifecycle)
-            out.append((r.name, rec["since"] if rec["state"] == lifecycle.SERVICE and rec["since"] else time.time()))
+        if decide.check_of(r.reason) == nodestate.SERVICE_REASON:
+            rec = nodestate.load(r.lifecycle)
+            out.append((r.name, rec["since"] if rec["state"] == nodestate.SERVICE and rec["since"] else time.time()))
     return out

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import hostlist
 
 from gpucluster import slurmtext
-from gpucluster.node import lifecycle
+from gpucluster.node import nodestate
 from gpucluster.node.decide import PREFIX, is_drained
 from gpucluster.words import plural
 
@@ -38,7 +38,7 @@ class NodeStatus:
     action: str = ""
     why: str = ""
     fetch_error: str = ""
-    lifecycle: dict = field(default_factory=dict)  # the node's state.json "lifecycle" (node/lifecycle.py)
+    lifecycle: dict = field(default_factory=dict)  # the node's state.json "lifecycle" (node/nodestate.py)
     ladder: str = ""  # the GPU error ladder's highest rung the last run read (record, drain, reboot, service)
 
     @property
@@ -101,7 +101,7 @@ def merge(show_nodes: str, sinfo_reasons: str, states: dict[str, dict], errors: 
             reason_user=info.reason_user if info else "", reason_time=info.reason_time if info else "",
             checks=st.get("checks", {}), last_run=st.get("started"), action=st.get("action", ""),
             why=st.get("why", ""), fetch_error=(errors or {}).get(name, ""),
-            lifecycle=lifecycle.load(st.get("lifecycle")), ladder=str(st.get("ladder") or "")))
+            lifecycle=nodestate.load(st.get("lifecycle")), ladder=str(st.get("ladder") or "")))
     return rows
 
 
@@ -133,10 +133,10 @@ def format_status(rows: list[NodeStatus], now: float | None = None) -> str:
                      f"by {slurmtext.printable(first.reason_user) or '?'} ({note})")
     states: dict[str, list[str]] = {}
     for r in rows:
-        states.setdefault(lifecycle.load(r.lifecycle)["state"] or "not recorded", []).append(r.name)
-    lines.append("lifecycle: " + ", ".join(f"{s} {len(states[s])}" for s in (*lifecycle.STATES, "not recorded")
+        states.setdefault(nodestate.load(r.lifecycle)["state"] or "not recorded", []).append(r.name)
+    lines.append("lifecycle: " + ", ".join(f"{s} {len(states[s])}" for s in (*nodestate.STATES, "not recorded")
                                            if s in states))
-    for s in (lifecycle.SERVICE, lifecycle.ACCEPTANCE, lifecycle.REBOOTING, lifecycle.TRIAGE):
+    for s in (nodestate.SERVICE, nodestate.ACCEPTANCE, nodestate.REBOOTING, nodestate.TRIAGE):
         if s in states:
             lines.append(f"  {s}: {hostlist.collect_hostlist(states[s])}")
     lines.append("last checks:")
@@ -150,7 +150,7 @@ def format_status(rows: list[NodeStatus], now: float | None = None) -> str:
         failed = {n: c for n, c in r.checks.items() if not c.get("ok")}
         head = f"  {r.name} [{r.state}] {_ago(r.last_run, now)}: {r.action or 'none'} ({r.why})"
         lines.append(head)
-        rec = lifecycle.load(r.lifecycle)
+        rec = nodestate.load(r.lifecycle)
         if rec["state"]:
             ladder = f"; GPU error ladder: {r.ladder}" if r.ladder else ""
             lines.append(f"    lifecycle: {rec['state']} since {_when(rec['since'])}{ladder}"

@@ -8,14 +8,14 @@ rdma role installs it as /usr/local/sbin/gpucluster-roce-qos).
 
 The health checks (FILES): the slurm_health role copies them to /usr/local/lib/gpucluster/health/ on every
 compute node. `runner.py` is Slurm's HealthCheckProgram; `checks.py` runs one check; `decide.py` is the
-pure drain/resume decision; `lifecycle.py` the node's lifecycle state and record;
+pure drain/resume decision; `nodestate.py` the node's lifecycle state and record;
 `promtext.py` writes the verdict for node_exporter; `xid.py` classifies the GPU
 errors of the kernel log by its table; `slurmctl.py` reads and changes the node's state with scontrol, through
 `privmunge.py`'s private munged when the node's own is down.
 """
 
 FILES = ("runner.py", "checks.py", "decide.py", "slurmctl.py", "privmunge.py", "breaker.py", "xid.py",
-         "lifecycle.py", "promtext.py")
+         "nodestate.py", "promtext.py")
 # The other node programs, each installed by its own role under its command name (not health scripts).
 PROGRAMS = {"pullrunner.py": "gpucluster-pull", "roceqos.py": "gpucluster-roce-qos"}
 

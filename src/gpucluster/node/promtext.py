@@ -12,6 +12,8 @@ the rendered rules and alerts read:
     gpucluster_health_lifecycle{state}              1 for the node's lifecycle state, 0 for the others
     gpucluster_health_breaker_held                  1 when the last run's drain was held by the circuit breaker
     gpucluster_health_gpu_errors_open{class}        GPU errors open until a reboot or a repair, by class
+    gpucluster_health_xid_events_total{class}       GPU errors read from the kernel log, by class (a counter kept
+                                                    in the state file: it starts over only with that file)
 
 A label value is data (a site check's name): escaped as the exposition format says. Standard library only.
 """
@@ -21,9 +23,9 @@ from __future__ import annotations
 import os
 
 try:
-    from . import lifecycle
+    from . import nodestate
 except ImportError:  # run as a script on a node: the files sit side by side
-    import lifecycle
+    import nodestate
 
 FILE = "gpucluster_health.prom"
 
@@ -42,7 +44,7 @@ def render(summary: dict) -> str:
     """The metrics of one run's summary (the state file runner.run() writes)."""
     checks = {n: c for n, c in summary.get("checks", {}).items() if isinstance(c, dict)}
     names = sorted(checks)
-    life = lifecycle.load(summary.get("lifecycle"))["state"]
+    life = nodestate.load(summary.get("lifecycle"))["state"]
     data = checks.get("gpu-xid", {}).get("data")
     opened: dict[str, int] = {}
     for e in data.get("open", []) if isinstance(data, dict) else []:
@@ -55,11 +57,15 @@ def render(summary: dict) -> str:
     out += _family("gpucluster_health_last_run_timestamp_seconds", "gauge", "when the last health run started",
                    [("", float(summary.get("started", 0) or 0))])
     out += _family("gpucluster_health_lifecycle", "gauge", "1 for the node's lifecycle state",
-                   [(f'{{state="{s}"}}', 1 if s == life else 0) for s in lifecycle.STATES])
+                   [(f'{{state="{s}"}}', 1 if s == life else 0) for s in nodestate.STATES])
     out += _family("gpucluster_health_breaker_held", "gauge", "1 when the circuit breaker held the last run's drain",
                    [("", 1 if summary.get("action") == "held" else 0)])
     out += _family("gpucluster_health_gpu_errors_open", "gauge", "GPU errors open until a reboot or repair",
                    [(f'{{class="{label(c)}"}}', n) for c, n in sorted(opened.items())])
+    counts = data.get("counts") if isinstance(data, dict) and isinstance(data.get("counts"), dict) else {}
+    out += _family("gpucluster_health_xid_events_total", "counter", "GPU errors read from the kernel log",
+                   [(f'{{class="{label(c)}"}}', int(n)) for c, n in sorted(counts.items())
+                    if isinstance(n, int) and not isinstance(n, bool)])
     return "\n".join(out) + "\n"
 
 

@@ -30,11 +30,11 @@ import threading
 import time
 
 try:
-    from . import breaker, decide, lifecycle, promtext, slurmctl, xid
+    from . import breaker, decide, nodestate, promtext, slurmctl, xid
 except ImportError:  # run as a script on a node: the files sit side by side
     import breaker
     import decide
-    import lifecycle
+    import nodestate
     import promtext
     import slurmctl
     import xid
@@ -218,10 +218,10 @@ def resumable(checks: list[dict], reason: str) -> set[str]:
     """The checks whose passing runs may lift a gpc: drain: this run's, a config error, and a check the node
     no longer runs (a site check an operator removed, a check the spec now skips: its verdict no longer
     counts, or a buggy check would keep every node it drained out for good); never an active check's, never
-    service-required's or acceptance's (lifecycle.HELD: a person's)."""
+    service-required's or acceptance's (nodestate.HELD: a person's)."""
     names = {c["name"] for c in checks} | {"config", RUNNER_CHECK}
     by = decide.check_of(reason)
-    return names | ({by} if by and by not in decide.ACTIVE and by not in lifecycle.HELD else set())
+    return names | ({by} if by and by not in decide.ACTIVE and by not in nodestate.HELD else set())
 
 
 def state_dir_of(config: dict) -> str:
@@ -259,7 +259,7 @@ def run(config_path: str, node: str | None = None, act: bool = True, t0: float |
                "passes": int(state.get("passes", 0)),
                **({"rebooted": state["rebooted"]} if isinstance(state.get("rebooted"), (int, float)) else {})}
     streaks = {name: c["fails"] for name, c in summary["checks"].items() if "fails" in c}
-    before = lifecycle.load(state.get("lifecycle"))
+    before = nodestate.load(state.get("lifecycle"))
     summary["lifecycle"] = before
     asked = ladder(summary["checks"])
     if asked:
@@ -273,17 +273,17 @@ def run(config_path: str, node: str | None = None, act: bool = True, t0: float |
                               int(config.get("resume_after", 3)), resumable(checks, info.get("reason", "")),
                               streaks, int(config.get("fail_after", 1)))
             d = reboot_for(summary["checks"], info, d, summary.get("rebooted"), started) or d
-            life = lifecycle.current(info.get("State", ""), info.get("reason", ""), before["state"])
+            life = nodestate.current(info.get("State", ""), info.get("reason", ""), before["state"])
             if life is not None and life != before["state"]:  # moved since the last run (a boot, an operator)
-                before = lifecycle.advance(before, started, life, seen_why(before["state"], life, info))
+                before = nodestate.advance(before, started, life, seen_why(before["state"], life, info))
             first = f"{failures[0][0]}: {failures[0][1]}" if failures else ""
-            d = lifecycle.escalation(before, started, life, d, asked, config, first) or d
+            d = nodestate.escalation(before, started, life, d, asked, config, first) or d
             summary.update(action=d.action, why=d.why, passes=d.passes, slurm_state=info.get("State", ""),
                            reason=d.reason if d.action in ("drain", "reboot") else info.get("reason", ""))
             if act:
                 apply(ctl, config, node, info, d, summary)
             after = life_after(info, summary, before["state"])
-            summary["lifecycle"] = lifecycle.advance(before, started, after, summary["why"], summary["checks"])
+            summary["lifecycle"] = nodestate.advance(before, started, after, summary["why"], summary["checks"])
         if ctl.auth:
             summary["auth"] = ctl.auth
     summary["seconds"] = round(time.time() - started, 3)
@@ -312,7 +312,7 @@ def reboot_for(checks: dict, info: dict, d: decide.Decision, rebooted: float | N
             ago = (time.time() if now is None else now) - rebooted if rebooted is not None else None
             if ago is not None and 0 <= ago < REBOOT_AGAIN_AFTER_S:  # the fault came back after its reboot
                 what = f"{name} again {ago / 3600:.1f} h after its reboot: {c.get('message', '')}"
-                return decide.Decision("drain", lifecycle.service_reason(what), 0,
+                return decide.Decision("drain", nodestate.service_reason(what), 0,
                                        f"service required, not rebooted: this node asked for a reboot {ago / 3600:.1f}"
                                        f" h ago (one in {REBOOT_AGAIN_AFTER_S / 3600:g} h)")
             why = f"{name} asks for a reboot (Slurm reboots the node once its jobs have ended)"
@@ -322,7 +322,7 @@ def reboot_for(checks: dict, info: dict, d: decide.Decision, rebooted: float | N
 
 def seen_why(before: str | None, now: str, info: dict) -> str:
     """Why the record moved between runs, as Slurm shows it."""
-    if before == lifecycle.REBOOTING and now == lifecycle.PRODUCTION:
+    if before == nodestate.REBOOTING and now == nodestate.PRODUCTION:
         return "back in service after its reboot"
     if before is None:
         return f"first run: Slurm shows {info.get('State', '')}"
@@ -335,12 +335,12 @@ def life_after(info: dict, summary: dict, before: str | None) -> str | None:
     Slurm showed before it (a held or failed action changed nothing)."""
     if summary.get("applied") is True:
         if summary["action"] == "reboot":
-            return lifecycle.REBOOTING
+            return nodestate.REBOOTING
         if summary["action"] == "resume":
-            return lifecycle.PRODUCTION
+            return nodestate.PRODUCTION
         if summary["action"] == "drain":
-            return lifecycle.current("IDLE+DRAIN", summary.get("reason", ""), before)
-    return lifecycle.current(info.get("State", ""), info.get("reason", ""), before)
+            return nodestate.current("IDLE+DRAIN", summary.get("reason", ""), before)
+    return nodestate.current(info.get("State", ""), info.get("reason", ""), before)
 
 
 def apply(ctl, config: dict, node: str, info: dict, d: decide.Decision, summary: dict) -> None:
@@ -438,17 +438,17 @@ def report(config_path: str, check: str, ok: bool | None, message: str, node: st
             if info is None:
                 state["why"] = f"{check} failed; node state unknown, nothing changed: {why_not}"
             else:
-                before = lifecycle.load(state.get("lifecycle"))
-                life = lifecycle.current(info.get("State", ""), info.get("reason", ""), before["state"])
+                before = nodestate.load(state.get("lifecycle"))
+                life = nodestate.current(info.get("State", ""), info.get("reason", ""), before["state"])
                 d = decide.decide(info.get("State", ""), info.get("reason", ""), [(check, message)], 0, 1)
-                d = lifecycle.escalation(before, now, life, d, None, config, f"{check}: {message}") or d
+                d = nodestate.escalation(before, now, life, d, None, config, f"{check}: {message}") or d
                 state.update(action=d.action, why=d.why, passes=0)
                 if d.action == "drain":
                     done, text = ctl.drain(node, d.reason, seen=info)
                     state["applied"] = True if done else text
                     state["reason"] = d.reason
-                    life = lifecycle.current("IDLE+DRAIN", d.reason, life) if done else life
-                state["lifecycle"] = lifecycle.advance(before, now, life, d.why, checks)
+                    life = nodestate.current("IDLE+DRAIN", d.reason, life) if done else life
+                state["lifecycle"] = nodestate.advance(before, now, life, d.why, checks)
     save_state(path, state)
     return state
 
@@ -458,8 +458,8 @@ def move(state_dir: str, to: str, why: str) -> str:
     node's lifecycle record."""
     path = os.path.join(state_dir, "state.json")
     state = load_state(path)
-    before = lifecycle.load(state.get("lifecycle"))
-    state["lifecycle"] = lifecycle.advance(before, time.time(), to, why, state.get("checks", {}))
+    before = nodestate.load(state.get("lifecycle"))
+    state["lifecycle"] = nodestate.advance(before, time.time(), to, why, state.get("checks", {}))
     save_state(path, state)
     return f"{before['state'] or 'no state'} -> {to}"
 
@@ -515,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", metavar="CHECK", help="record an active check's verdict (from its Slurm job)")
     p.add_argument("--clear-xid", action="store_true",
                    help="close the GPU errors gpu-xid keeps open until a reboot (the GPU was recovered another way)")
-    p.add_argument("--lifecycle", choices=(lifecycle.ACCEPTANCE, lifecycle.PRODUCTION),
+    p.add_argument("--lifecycle", choices=(nodestate.ACCEPTANCE, nodestate.PRODUCTION),
                    help="record this move in the node's lifecycle (an operator's command: gpucluster health accept)")
     p.add_argument("--why", default="", help="with --lifecycle: why, for the record")
     verdict = p.add_mutually_exclusive_group()

@@ -340,8 +340,11 @@ def scan(kernel_log: str, previous: dict, overrides: dict | None = None, root: s
             skipped += 1
     opened = _unique(still + [e for e in events if e["action"] in STICKY])
     failing = _unique(opened + [e for e in events if rank(e["action"]) >= rank("drain")])
+    counts = _counts(previous.get("counts"))  # every error read since the state file began, by class (a counter)
+    for e in events:
+        counts[e["class"]] = counts.get(e["class"], 0) + 1
     data = {**base, "position": position, "open": opened[:50], "recent": (base["recent"] + events)[-KEEP:],
-            "ladder": _top(events + opened)}
+            "ladder": _top(events + opened), "counts": counts}
     extra = "; ".join(x for x in (note, f"{skipped} more GPU error lines not listed" if skipped else "") if x)
     extra = f" ({extra})" if extra else ""
     if failing:
@@ -349,6 +352,14 @@ def scan(kernel_log: str, previous: dict, overrides: dict | None = None, root: s
     if events:
         return True, f"{len(events)} recorded since the last run: {_said(_unique(events))}{extra}", data
     return True, f"no GPU error in the kernel log since the last run ({len(lines)} lines read){extra}", data
+
+
+def _counts(value) -> dict[str, int]:
+    """The counts a state file holds: {class: whole number}, anything else dropped; at most MAX_EVENTS classes."""
+    if not isinstance(value, dict):
+        return {}
+    kept = {str(k): v for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool) and v >= 0}
+    return dict(sorted(kept.items())[:MAX_EVENTS])
 
 
 def _top(events: list[dict]) -> str | None:

@@ -19,6 +19,7 @@ The seconds of each step are printed for docs/health.md.
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -88,7 +89,7 @@ def fallen(staged_cluster):
         "data", {}).get("position", {}).get("inode"), 3 * INTERVAL, every=2)
     boot_before = c.ssh(NODE, "cut -d' ' -f22 /proc/1/stat", check=True).stdout.strip()
     t0 = time.monotonic()
-    c.ssh(NODE, f"echo '{X79}' >> {LOG}", check=True)
+    c.ssh(NODE, f"echo {shlex.quote(X79)} >> {LOG}", check=True)
     seen: dict[str, float] = {}
     states: list[str] = []
     try:
