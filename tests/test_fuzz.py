@@ -72,6 +72,11 @@ SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:=^/+-]*$")  # nothing a shell or slurm.
 ROCE_LINE = re.compile(r'^ROCE_[A-Z_]+=([A-Za-z0-9_.,:-]*|"[A-Za-z0-9_.:-]+( [A-Za-z0-9_.:-]+)*")$')
 SYSTEMD_LINE = re.compile(r"^(\[[A-Z][A-Za-z]*\]|[A-Z][A-Za-z]*=[A-Za-z0-9@_.:-]+( [A-Za-z0-9@_.:-]+)*)$")
 GANESHA_LINE = re.compile(r"^\t*([A-Z][A-Za-z0-9_]* \{|\}|[A-Z][A-Za-z0-9_]* = [^;{}#\n]+;)$")
+# oci.conf: Slurm's Key="value", one command line without a quote or '#' inside; the SPANK stack's include and
+# required lines; enroot.conf's KEY value, a path whose one substitution is the user's id.
+OCI_LINE = re.compile(r'^[A-Z][A-Za-z]*="[^"#\n]+"$')
+SPANK_LINE = re.compile(r"^(include|required) /[A-Za-z0-9_./*-]+$")
+ENROOT_LINE = re.compile(r"^ENROOT_[A-Z_]+ /[A-Za-z0-9_./-]+(user-\$\(id -u\))?$")
 
 
 def assert_parseable(out: dict[str, str]) -> None:
@@ -85,6 +90,11 @@ def assert_parseable(out: dict[str, str]) -> None:
             for line in text.splitlines():
                 if line and not line.startswith("#"):
                     assert ROCE_LINE.match(line), f"{name}: unsafe line {line!r}"
+        elif name in ("oci.conf", "plugstack.conf", "enroot.conf") or name.startswith("pyxis."):
+            pattern = {"oci.conf": OCI_LINE, "enroot.conf": ENROOT_LINE}.get(name, SPANK_LINE)
+            for line in text.splitlines():
+                if line and not line.startswith("#"):
+                    assert pattern.match(line), f"{name}: {line!r}"
         elif name.startswith("slurmd-") and name.endswith(".conf"):  # a systemd drop-in: [Section], Key=units
             for line in text.splitlines():
                 if line and not line.startswith("#"):

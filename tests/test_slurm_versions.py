@@ -223,8 +223,13 @@ def render_at(name: str, version: str) -> dict[str, str]:
     return texts(load_cluster(example_path(name), slurm_version=version))
 
 
+# oci.conf is slurmstepd's, not slurmctld's, and takes keys from 23.02 on that 22.05 refuses (render/containers.py);
+# tests/test_containers.py checks each release's keys against the real binaries of 22.05, 24.11 and 26.05.
+NOT_SLURMCTLDS = ("oci.conf",)
+
+
 def header_free(files: dict[str, str]) -> dict[str, str]:
-    return {k: re.sub(r"(?m)^# .*Slurm \d\d\.\d\d.*\n", "", v) for k, v in files.items()}
+    return {k: re.sub(r"(?m)^# .*Slurm \d\d\.\d\d.*\n", "", v) for k, v in files.items() if k not in NOT_SLURMCTLDS}
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

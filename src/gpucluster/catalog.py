@@ -394,3 +394,46 @@ OFED_PACKAGES: dict[str, tuple[str, ...]] = {
 
 # OFED for fabric groups whose stack has no row of its own (no GPU, or Debian's driver).
 OFED_DEFAULT: dict[str, str] = {"mlnx-ofed": "24.10-3.2.5.0", "doca": "3.1.0"}
+
+
+# ---------------------------------------------------------------- container runtimes: the version lock
+# enroot (NVIDIA's unprivileged container runtime) and pyxis (its SPANK plugin behind `srun --container-image`),
+# pinned together the way a driver row is: one place, read by render/containers.py, which writes the apt pins
+# (apt-enroot-pyxis.pref) that the node groups running pyxis install. docs/containers.md.
+#
+# enroot 4.1.2: NVIDIA/enroot, tag v4.1.2 (2026-03-23), its release carrying enroot_4.1.2-1_<arch>.deb and
+#   enroot+caps_4.1.2-1_<arch>.deb (doc/installation.md; pkg/deb/changelog "4.1.2-1"). pkg/deb/control: enroot
+#   depends on bash, curl, gawk | mawk, jq, parallel, passwd, squashfs-tools, zstd and bsdmainutils; enroot+caps
+#   on enroot (= the same version) and libcap2-bin. Its helpers are linked statically against musl (Makefile), so
+#   the release's Ubuntu 24.04 build does not ask for a newer glibc than Debian 12's. 4.0.0 added IMEX channels
+#   to its NVIDIA hook (GB200/GB300 trays) and zstd layers.
+# pyxis 0.24.0: NVIDIA/pyxis, tag v0.24.0 (2026-05-11). NVIDIA publishes no binary package: pyxis must be built
+#   against the spank.h of the Slurm it runs under (its README), so a site builds the Debian package from the
+#   repository's debian/ folder: nvslurm-plugin-pyxis, version 0.24.0-1 (debian/changelog), depending on
+#   enroot (>= 3.1.0) | enroot-hardened (>= 3.1.0) (debian/control), the plugin at
+#   /usr/lib/<multiarch>/slurm/spank_pyxis.so (debian/rules: libdir=/usr/lib/$(DEB_HOST_MULTIARCH)).
+ENROOT_SOURCE = ("NVIDIA/enroot v4.1.2 (2026-03-23): enroot_4.1.2-1 and enroot+caps_4.1.2-1 .deb from the "
+                 "project's GitHub releases")
+PYXIS_SOURCE = ("NVIDIA/pyxis v0.24.0 (2026-05-11): nvslurm-plugin-pyxis 0.24.0-1, built by the site from the "
+                "repository's debian/ folder against its Slurm (NVIDIA ships no binary package)")
+
+
+class ContainerStack(_Part):
+    """enroot and pyxis at the versions the node groups running pyxis install and pin (Pin-Priority 1001); every
+    other version of these packages, and enroot's hardened flavor, is refused (-1)."""
+
+    enroot: Pin
+    pyxis: Pin
+    refused: tuple[PackageName, ...] = Field(default=(), max_length=32,
+                                             description="packages no version of which may be installed")
+    enroot_source: str = Field(max_length=512)
+    pyxis_source: str = Field(max_length=512)
+
+
+CONTAINER_STACK = ContainerStack(
+    enroot=Pin(packages=("enroot", "enroot+caps"), version="4.1.2-1"),
+    pyxis=Pin(packages=("nvslurm-plugin-pyxis",), version="0.24.0-1"),
+    # The hardened flavor Replaces and Conflicts with enroot (pkg/deb/rules): pyxis accepts either, so the lock
+    # names the one flavor it pins and refuses the other.
+    refused=("enroot-hardened", "enroot-hardened+caps"),
+    enroot_source=ENROOT_SOURCE, pyxis_source=PYXIS_SOURCE)

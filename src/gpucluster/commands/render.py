@@ -14,7 +14,9 @@ from gpucluster.errors import SpecError
 # from the families, and tests/test_cli_help.py renders the examples and holds every file to one of them, so the
 # one-liner stays true when render learns a file.
 RENDER_FAMILIES = (
-    ("Slurm", r"slurm\.conf|gres\.conf|cgroup\.conf|topology\.(conf|yaml)|slurmdbd\.conf"),
+    # oci.conf, plugstack.conf and the pyxis line are Slurm's; enroot.conf configures the runtime its pyxis runs
+    ("Slurm", r"slurm\.conf|gres\.conf|cgroup\.conf|topology\.(conf|yaml)|slurmdbd\.conf|oci\.conf|plugstack\.conf"
+              r"|pyxis\.[a-z0-9]+\.conf|enroot\.conf"),
     ("NCCL", r"nccl\.conf|nccl-env\.sh"),
     ("host and switch RoCE QoS", r"roce-qos\.conf|[a-z]+-(sonic|eos)-qos\.(json|cfg)"),
     ("storage daemons and mounts", r"mfs[a-z]*\.cfg|ganesha\.conf|[a-z0-9-]+\.mount"),

@@ -16,6 +16,7 @@ from gpucluster.errors import UsageError
 from gpucluster.fabric.cabling import CABLING_HEADER, bom_rows, cabling_rows
 from gpucluster.fabric.summary import plan_summary
 from gpucluster.outputs import write_set
+from gpucluster.render.containers import render_containers
 from gpucluster.render.drivers import render_drivers
 from gpucluster.render.health.rolefiles import generated as health_files
 from gpucluster.render.ibtopo import topofile
@@ -114,6 +115,7 @@ def render_all(cluster: Cluster, *, cabling: bool = True) -> dict[str, Output]:
     out.update(health_files(cluster))
     out.update(render_imex(cluster))  # IMEX nodes_config per NVLink domain (render/imex.py)
     out.update(render_drivers(cluster))
+    out.update(render_containers(cluster))  # oci.conf, plugstack, pyxis, enroot, pins (render/containers.py)
     out.update(render_metrics(cluster))  # Prometheus config, rules, alerts, targets; Grafana (render/metrics.py)
     if cabling:
         out["cabling.csv"] = lambda: _chain(CABLING_HEADER, cabling_rows(plan))

@@ -58,6 +58,17 @@ class CpuLayout(Strict):
         return self.sockets * self.cores_per_socket * self.threads_per_core
 
 
+class GroupContainers(Strict):
+    """node_groups[].containers: how this group's jobs run in containers (docs/containers.md). Unset: the group's
+    default, which follows from its role and GPU vendor (spec/jobcontainers.py resolves and checks it)."""
+
+    oci: Bool | None = Field(default=None, description="Slurm's own OCI containers (srun --container=BUNDLE, "
+                                                       "oci.conf); default: on for compute groups")
+    enroot_pyxis: Bool | None = Field(
+        default=None, description="pyxis and enroot (srun --container-image=IMAGE); default: on for compute groups "
+                                  "with NVIDIA GPUs, and for login groups while a compute group has it")
+
+
 class NodeGroup(Strict):
     name: Text = Field(pattern=NAME, max_length=32)
     role: Role
@@ -88,6 +99,7 @@ class NodeGroup(Strict):
                               description="the U its lowest node starts at: above what the rack keeps at its "
                                           "bottom (a CDU, power shelves)")
     features: tuple[Word, ...] = Field(default=(), max_length=64)
+    containers: GroupContainers = Field(default_factory=GroupContainers)
 
     @cached_property
     def digits(self) -> int:
@@ -557,6 +569,26 @@ class Health(Strict):
 # ---- end of the driver stacks and node health block ------------------------------------------------
 
 
+class Containers(Strict):
+    """containers: the OCI runtime oci.conf calls, and where enroot keeps image layers, unpacked containers and its
+    working files (docs/containers.md)."""
+
+    runtime: Literal["runc", "crun"] = Field(
+        default="runc", description="the OCI runtime of srun --container, one for the cluster (configless Slurm "
+                                    "serves one oci.conf to every node); runc is Debian's")
+    image_cache: Literal["flash", "local"] | None = Field(
+        default=None, description="where enroot caches image layers: flash (the flash tier, one pull per user for "
+                                  "the cluster) or local (local_dir on each node); default: flash when storage.flash "
+                                  "exists and every group running pyxis mounts it")
+    flash_folder: Text = Field(default="containers", pattern=r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$", max_length=64,
+                               description="folder under the flash tier's mount for container images (enroot's "
+                                           "layer cache, OCI layouts, bundles)")
+    local_dir: Text = Field(default="/var/lib/enroot", pattern=NODE_DIR, max_length=255,
+                            description="node-local folder for unpacked containers and enroot's temporary files")
+    runtime_dir: Text = Field(default="/run/enroot", pattern=NODE_DIR, max_length=255,
+                              description="enroot's working folder (a tmpfs)")
+
+
 class Racks(Strict):
     """The racks every node group is planned into (docs/plan.md, "Rack elevations")."""
 
@@ -596,6 +628,7 @@ class ClusterSpec(Strict):
     catalog: Catalog = Field(default_factory=Catalog)
     drivers: Drivers = Field(default_factory=Drivers)  # driver stacks block (above)
     health: Health = Field(default_factory=Health)  # node health block (above)
+    containers: Containers = Field(default_factory=Containers)  # jobs in containers (above)
     racks: Racks = Field(default_factory=Racks)
     metrics: Metrics = Field(default_factory=Metrics)  # Prometheus and Grafana (above)
 
