@@ -151,6 +151,11 @@ REFUSALS = {
         "gb200-superpod",
         lambda t: t + "containers:\n  image_cache: flash\n",
         "  image_cache: flash", "containers.image_cache", "containers", "add storage.flash, or set image_cache: local"),
+    "an image cache on a flash tier a pyxis group does not mount": (
+        "staging",
+        lambda t: t.replace("    mount: /mnt/flash\n", "    mount: /mnt/flash\n    client_groups: [nfs]\n", 1)
+        + "containers:\n  image_cache: flash\n",
+        "  image_cache: flash", "containers.image_cache", "containers", "add it to storage.flash.client_groups"),
     "a runtime Slurm's guide has no oci.conf for": (
         "staging",
         lambda t: t + "containers:\n  runtime: podman\n",
