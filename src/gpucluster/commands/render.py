@@ -27,6 +27,7 @@ RENDER_FAMILIES = (
     ("Prometheus config, rules, alerts and targets",
      r"prometheus(-rules|-alerts)?\.yml|prometheus-targets\.[a-z0-9-]+\.json"),
     ("Grafana dashboard", r"grafana-dashboard\.json"),
+    ("the Slurm exporter's topology units", r"slurm-metrics\.json"),
     ("cabling.csv", r"cabling\.csv"),
     ("fabric.topo", r"fabric\.topo"),
     ("bom.csv", r"bom\.csv"),

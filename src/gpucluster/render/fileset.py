@@ -25,6 +25,7 @@ from gpucluster.render.metrics import render_metrics
 from gpucluster.render.nccl import gpu_environment, nccl_settings
 from gpucluster.render.roce import render_roce
 from gpucluster.render.slurm import slurm_context
+from gpucluster.render.slurmunits import render_slurm_units
 from gpucluster.render.storage import render_storage
 from gpucluster.render.switch import switch_files
 from gpucluster.render.templating import environment
@@ -117,6 +118,7 @@ def render_all(cluster: Cluster, *, cabling: bool = True) -> dict[str, Output]:
     out.update(render_drivers(cluster))
     out.update(render_containers(cluster))  # oci.conf, plugstack, pyxis, enroot, pins (render/containers.py)
     out.update(render_metrics(cluster))  # Prometheus config, rules, alerts, targets; Grafana (render/metrics.py)
+    out.update(render_slurm_units(cluster))  # the plan's units for the controller's Slurm metrics
     if cabling:
         out["cabling.csv"] = lambda: _chain(CABLING_HEADER, cabling_rows(plan))
         if cluster.spec.fabric.type == "infiniband":
