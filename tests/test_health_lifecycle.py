@@ -125,6 +125,7 @@ def test_through_the_runner_the_third_drain_in_a_week_is_service_required(node) 
     for _ in range(3):  # repaired or not: only acceptance brings it back
         node.run()
     assert node.in_slurm["reason"].startswith("gpc:service: ") and node.state["action"] == "none"
+    assert node.state["why"] == "service required: repair it, then `gpucluster health accept`"
     assert node.state["lifecycle"]["state"] == "service-required"
 
 

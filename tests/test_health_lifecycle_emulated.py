@@ -171,6 +171,9 @@ def test_its_ticket_names_its_rack_u_position_cables_and_evidence(cluster, story
     assert plan["rack"] in text and plan["cables"] and plan["cables"][0]["b_device"] in text
     assert "u" in plan and str(plan["u"]) in text
     assert "gpc:service: gpu-xid again" in text and "XID 79" in text
+    assert "## Lifecycle: `service-required`" in text
+    assert [(e["from"], e["to"]) for e in doc["health"]["history"]][-2:] == [("rebooting", "production"),
+                                                                               ("production", "service-required")]
 
 
 def test_acceptance_brings_the_repaired_node_back_to_production(cluster, story) -> None:

@@ -311,6 +311,24 @@ def test_health_status_shows_the_drained_nodes_by_reason_and_since_when(staged_c
 
 
 @pytest.mark.disruptive
+def test_the_drained_nodes_show_in_prometheus(staged_cluster, faults):
+    """Each broken node, drained, is in triage in Prometheus (the health runner's metrics through node_exporter) with
+    its failing check at 0, within a check interval and a scrape interval of its drain (docs/metrics.md)."""
+    from test_prometheus import SCRAPE, query
+
+    for fault in faults.values():
+        def seen(fault=fault):
+            rows = query(staged_cluster, f'gpucluster_health_lifecycle{{instance="{fault.host}", state="triage"}} == 1')
+            failing = query(staged_cluster, f'gpucluster_health_check_ok{{instance="{fault.host}", '
+                                            f'check="{fault.check}"}} == 0')
+            return rows and failing
+        _wait(f"{fault.host} in triage in Prometheus", seen, INTERVAL + 2 * SCRAPE + 30, every=2)
+        print(f"{fault.host}: {fault.check} broken, in triage in Prometheus {time.time() - fault.broken_at:.0f} s "
+              f"after the fault (drained {fault.drained_s or 0:.0f} s after it; check interval {INTERVAL} s, scrape "
+              f"{SCRAPE} s)")
+
+
+@pytest.mark.disruptive
 @pytest.mark.parametrize("check", FAULTS)
 def test_an_undone_node_resumes_by_itself(staged_cluster, faults, check):
     undo_all(staged_cluster, faults)  # all at once (the first of these tests), so their waits overlap

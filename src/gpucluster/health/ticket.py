@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from gpucluster.errors import UsageError, did_you_mean, shown
 from gpucluster.fabric.cabling import cabling_rows
 from gpucluster.fabric.plan import u_text
+from gpucluster.node import nodestate
 
 TICKET_VERSION = 1
 SERIAL_VARS = ("gpucluster_serial", "ansible_product_serial")  # inventory host variables, the first one set wins
@@ -26,6 +27,7 @@ CABLE_KEYS = ("a_device", "a_port", "b_device", "b_port", "link", "media")
 MEDIA = {"DAC": "copper (DAC): the leaf sits in this rack", "AOC": "active optical cable: the leaf is at the end of "
          "the row"}
 EVENT_KEYS = ("kind", "code", "device", "class", "action", "what")
+HISTORY = 10  # lifecycle transitions a ticket lists, the most recent
 KINDS = {"xid": "XID", "sxid": "SXid", "amdgpu": "amdgpu"}  # as node/xid.py's describe names them
 
 
@@ -100,7 +102,12 @@ def health_evidence(state: dict) -> dict:
                 "not_run": bool(c.get("not_run"))}
                for name, c in checks.items() if isinstance(c, dict) and not c.get("ok")]
     xid = checks.get("gpu-xid", {}).get("data") if isinstance(checks.get("gpu-xid"), dict) else None
+    record = nodestate.load(state.get("lifecycle"))
+    history = [{"at": _utc(h.get("at")), "from": h.get("from"), "to": h.get("to"), "why": str(h.get("why", "")),
+                "failed": {str(k): str(v) for k, v in h["failed"].items()} if isinstance(h.get("failed"), dict)
+                else {}} for h in record["history"][-HISTORY:]]
     return {"last_run": _utc(state.get("started")), "action": state.get("action") or None,
+            "lifecycle": record["state"], "history": history,
             "why": state.get("why") or None, "ladder": state.get("ladder") or None, "failing": failing,
             "passing": sorted(n for n, c in checks.items() if isinstance(c, dict) and c.get("ok")),
             "xid_open": _events(xid, "open"), "xid_recent": _events(xid, "recent")}
@@ -190,6 +197,12 @@ def _evidence_lines(t: dict) -> list[str]:
     for key, word in (("xid_open", "open"), ("xid_recent", "recent")):
         for e in h[key]:
             out.append(f"  - {word}: {code(_event_text(e))}")
+    if h.get("history"):
+        out += ["", f"## Lifecycle: {code(h['lifecycle'] or '?')}", ""]
+        for e in h["history"]:
+            failed = "; ".join(f"{k}: {v}" for k, v in e["failed"].items())
+            out.append(f"- {code(e['at'] or '?')} {code(e['from'] or '-')} to {code(e['to'] or '?')}: {code(e['why'])}"
+                       + (f" (failed: {code(failed)})" if failed else ""))
     return out
 
 

@@ -130,6 +130,8 @@ def escalation(record, now: float, state: str | None, d: decide.Decision, asked:
     if state == SERVICE and d.action in ("drain", "reboot"):
         return decide.Decision("none", d.reason, 0, f"service required, still failing: {failing}; repair it, then "
                                "`gpucluster health accept`")
+    if state == SERVICE and d.action == "none" and not failing:
+        return decide.Decision("none", d.reason, 0, "service required: repair it, then `gpucluster health accept`")
     if state in (None, SERVICE):
         return None
     if asked == "service" and (d.action in ("drain", "reboot") or state in (TRIAGE, REBOOTING)):

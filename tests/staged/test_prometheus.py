@@ -1,0 +1,99 @@
+"""Metrics on the staged cluster of examples/staging.yaml: Prometheus on the controller, node_exporter everywhere.
+
+The session's configure installed them (site.yml imports playbooks/metrics.yml: roles/metrics) with the files
+`gpucluster render` writes (docs/metrics.md). Asked over Prometheus's HTTP API on the controller:
+
+1. every host of the spec is scraped by the node job (`up == 1`), labelled with its group and, on the fabric, its
+   unit and rack as the plan has them; the dcgm job's targets are the NVIDIA groups' hosts, down: no DCGM
+   exporter runs on a GPU-less staged node (a stand-in the staged nodes lack, reported as not run);
+2. the health runner's metrics reach Prometheus through node_exporter's textfile collector: every compute node in
+   production;
+tests/staged/test_health.py shows its broken nodes in Prometheus (`test_the_drained_nodes_show_in_prometheus`).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+from gpucluster.cluster import load_cluster
+from gpucluster.node.decide import is_drained
+from gpucluster.node.slurmctl import parse_nodes
+from gpucluster.render.health.config import node_config
+
+pytestmark = pytest.mark.staged
+
+SPEC = Path(__file__).resolve().parents[2] / "examples" / "staging.yaml"
+_CLUSTER = load_cluster(SPEC)
+_SPEC = _CLUSTER.spec
+CONTROLLER = sorted(_CLUSTER.contract_groups["slurm_controller"])[0]
+COMPUTE = sorted(_CLUSTER.contract_groups["slurm_compute"])
+HOSTS = sorted(h for g in _SPEC.node_groups for h in g.hosts)
+NVIDIA = sorted(h for g in _SPEC.node_groups if g.gpu and _SPEC.parts.gpus[g.gpu].vendor == "nvidia" for h in g.hosts)
+SCRAPE = _SPEC.metrics.scrape_interval
+INTERVAL = _SPEC.health.interval
+NODE = COMPUTE[0]
+
+
+def query(cluster, expr: str) -> list[dict]:
+    """Prometheus's instant query on the controller (its API on 127.0.0.1:9090, asked there over SSH)."""
+    url = "http://127.0.0.1:9090/api/v1/query?query=" + urllib.parse.quote(expr)
+    script = f"import urllib.request,sys; sys.stdout.write(urllib.request.urlopen({url!r}, timeout=20).read().decode())"
+    res = cluster.ssh(CONTROLLER, f"python3 -c {shlex.quote(script)}", timeout=60)
+    assert res.returncode == 0, f"Prometheus on {CONTROLLER} did not answer: {res.stderr[-500:]}"
+    doc = json.loads(res.stdout)
+    assert doc["status"] == "success", doc
+    return doc["data"]["result"]
+
+
+def _wait(what: str, probe, timeout: float, every: float = 2.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = probe()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(every)
+
+
+@pytest.fixture(scope="module")
+def scraped(staged_cluster):
+    if not staged_cluster.first_configure.ok:
+        pytest.fail("the staged cluster did not converge: no Prometheus to ask", pytrace=False)
+    return _wait("every host scraped once", lambda: (lambda r: len(r) == len(HOSTS) and r)(
+        query(staged_cluster, 'up{job="node"}')), 4 * SCRAPE)
+
+
+def test_prometheus_scrapes_every_node_with_its_topology_labels(staged_cluster, scraped) -> None:
+    up = {r["metric"]["instance"]: r for r in scraped}
+    assert sorted(up) == HOSTS
+    assert all(r["value"][1] == "1" for r in scraped), {h: r["value"][1] for h, r in up.items()}
+    plan = _CLUSTER.plan
+    for group in _SPEC.groups_with_role("compute"):
+        for i, host in enumerate(group.hosts):
+            labels = up[host]["metric"]
+            assert (labels["group"], labels["cluster"]) == (group.name, _SPEC.name), labels
+            unit = next(u for u in plan.units if u.group == group.name and u.first <= i < u.first + u.count)
+            assert labels["unit"] == unit.name, labels
+    dcgm = query(staged_cluster, 'up{job="dcgm"}')
+    assert sorted(r["metric"]["instance"] for r in dcgm) == NVIDIA
+    print(f"\ndcgm job: {len(dcgm)} targets, not run (no DCGM exporter on a GPU-less staged node): "
+          f"up {sorted({r['value'][1] for r in dcgm})}")
+
+
+def test_the_health_runners_metrics_reach_prometheus(staged_cluster, scraped) -> None:
+    rows = _wait("every compute node's lifecycle in Prometheus", lambda: (lambda r: len(r) == len(COMPUTE) and r)(
+        query(staged_cluster, "gpucluster_health_lifecycle == 1")), 2 * SCRAPE + INTERVAL)
+    nodes = parse_nodes(staged_cluster.ssh(CONTROLLER, "scontrol show node -o", check=True, timeout=60).stdout)
+    states = {r["metric"]["instance"]: r["metric"]["state"] for r in rows}
+    assert sorted(states) == COMPUTE
+    for host, state in states.items():  # as Slurm shows the node (a node the suite drained is in triage)
+        assert state == ("triage" if is_drained(nodes[host]["State"]) else "production"), (host, nodes[host])
+    checks = query(staged_cluster, f'gpucluster_health_check_ok{{instance="{NODE}"}}')
+    assert {r["metric"]["check"] for r in checks} >= {c["name"] for c in node_config(_CLUSTER, "gpu")["checks"]}
