@@ -8,6 +8,8 @@ The session's configure installed them (site.yml imports playbooks/metrics.yml: 
    exporter runs on a GPU-less staged node (a stand-in the staged nodes lack, reported as not run);
 2. the health runner's metrics reach Prometheus through node_exporter's textfile collector: every compute node in
    production;
+3. the controller's Slurm exporter (its timer) counts the plan's whole free units: one fewer while a job holds all of
+   a unit's nodes, and the largest free block shrinks to the rest.
 tests/staged/test_health.py shows its broken nodes in Prometheus (`test_the_drained_nodes_show_in_prometheus`).
 """
 
@@ -97,3 +99,33 @@ def test_the_health_runners_metrics_reach_prometheus(staged_cluster, scraped) ->
         assert state == ("triage" if is_drained(nodes[host]["State"]) else "production"), (host, nodes[host])
     checks = query(staged_cluster, f'gpucluster_health_check_ok{{instance="{NODE}"}}')
     assert {r["metric"]["check"] for r in checks} >= {c["name"] for c in node_config(_CLUSTER, "gpu")["checks"]}
+
+
+def test_the_free_whole_units_change_when_a_job_takes_one(staged_cluster, scraped) -> None:
+    """The controller's Slurm exporter (gpucluster-slurm-metrics, its timer every scrape interval) counts the plan's
+    whole free units: every unit of the GPU group at idle, one fewer while a job holds all of one unit's nodes."""
+    c = staged_cluster
+    group = _SPEC.groups_with_role("compute")[0]
+    units = [u for u in _CLUSTER.plan.units if u.group == group.name]
+    expr = f'gpucluster_slurm_units_free{{node_group="{group.name}"}}'
+
+    def free(n: int):
+        rows = query(c, expr)
+        return rows and rows[0]["value"][1] == str(n)
+    _wait(f"{len(units)} free units of {group.name}", lambda: free(len(units)), 4 * SCRAPE)
+    hosts = ",".join(group.host(units[0].first + i) for i in range(units[0].count))
+    res = c.ssh(CONTROLLER, f"sbatch --parsable -N{units[0].count} -w {hosts} -o /dev/null --wrap 'sleep 300'",
+                timeout=60)
+    assert res.returncode == 0, res.stderr
+    job = res.stdout.strip().split(";")[0]
+    t0 = time.monotonic()
+    try:
+        _wait(f"{len(units) - 1} free units while job {job} holds {units[0].name}", lambda: free(len(units) - 1),
+              4 * SCRAPE)
+        print(f"\n{units[0].name} taken by job {job}: free units {len(units)} -> {len(units) - 1} in Prometheus after "
+              f"{time.monotonic() - t0:.0f} s (the exporter's timer and the scrape: {SCRAPE} s each)")
+        block = query(c, f'gpucluster_slurm_units_free_block_nodes{{node_group="{group.name}"}}')
+        assert block and int(float(block[0]["value"][1])) == sum(u.count for u in units[1:]), block
+    finally:
+        c.ssh(CONTROLLER, f"scancel {job}", timeout=60)  # the test's own job
+    _wait(f"{len(units)} free units again", lambda: free(len(units)), 4 * SCRAPE)

@@ -27,7 +27,7 @@ RENDER_FAMILIES = (
     ("Prometheus config, rules, alerts and targets",
      r"prometheus(-rules|-alerts)?\.yml|prometheus-targets\.[a-z0-9-]+\.json"),
     ("Grafana dashboard", r"grafana-dashboard\.json"),
-    ("the Slurm exporter's topology units", r"slurm-metrics\.json"),
+    ("the Slurm exporter's topology units and timer", r"slurm-metrics\.json|gpucluster-slurm-metrics\.(service|timer)"),
     ("cabling.csv", r"cabling\.csv"),
     ("fabric.topo", r"fabric\.topo"),
     ("bom.csv", r"bom\.csv"),

@@ -284,7 +284,7 @@ def _file_changes(name: str, a: str, b: str, old: Cluster, new: Cluster, version
         return change(NONE, "documentation only: nothing is installed", (), ())
     if name.startswith(("prometheus", "grafana-")):
         return change(NONE, "copy to the Prometheus server, import into Grafana: no node reads it", (), ())
-    if name == "slurm-metrics.json":
+    if name == "slurm-metrics.json" or name.startswith("gpucluster-slurm-metrics."):
         return change(NONE, "copy to the controller; the Slurm exporter's next run reads it", CTLD)
     return change(DRAIN, "not known to diff: treated as a package or mount change", SLURM_GROUPS)
 

@@ -17,6 +17,10 @@ import json
 from gpucluster.cluster import Cluster
 
 FILE = "slurm-metrics.json"
+PROGRAM = "/usr/local/sbin/gpucluster-slurm-metrics"  # node/slurmmetrics.py, as the metrics role installs it
+PLAN = "/etc/gpucluster/slurm-metrics.json"  # this file on the controller (the program's --plan default)
+OUTPUT = "/var/lib/prometheus/node-exporter/gpucluster_slurm.prom"
+UNITS = ("gpucluster-slurm-metrics.service", "gpucluster-slurm-metrics.timer")
 _compact = json.JSONEncoder(separators=(",", ":")).encode
 
 
@@ -42,7 +46,15 @@ def slurm_units_text(cluster: Cluster) -> str:
 
 
 def render_slurm_units(cluster: Cluster) -> dict[str, str]:
-    """slurm-metrics.json; none when the spec's metrics.enabled is false (no metrics, no exporter)."""
+    """slurm-metrics.json and the exporter's systemd units (a timer every scrape interval); none when the spec's
+    metrics.enabled is false (no metrics, no exporter)."""
     if not cluster.spec.metrics.enabled:
         return {}
-    return {FILE: slurm_units_text(cluster)}
+    from gpucluster.render.templating import environment
+
+    period = cluster.spec.metrics.scrape_interval
+    ctx = {"cluster": cluster.name, "program": PROGRAM, "plan": PLAN, "output": OUTPUT, "period": period,
+           "timeout": max(30, 2 * period)}
+    env = environment()
+    units = {name: env.get_template(f"metrics/{name}.j2").render(**ctx) for name in UNITS}
+    return {FILE: slurm_units_text(cluster), **units}
