@@ -130,8 +130,12 @@ def test_through_the_runner_the_third_drain_in_a_week_is_service_required(node) 
 
 
 def test_the_lifecycle_flag_records_an_operators_move(node) -> None:  # noqa: F811
+    folder = node.tmp / "textfile"
+    folder.mkdir()
+    node.write_config(textfile_dir=str(folder))
     node.run()
     res = node.run("--lifecycle", "acceptance", "--why", "GPU 3 replaced")
+    assert 'gpucluster_health_lifecycle{state="acceptance"} 1' in (folder / promtext.FILE).read_text()
     assert res.returncode == 0 and "production -> acceptance" in res.stdout, res.stdout + res.stderr
     last = node.state["lifecycle"]["history"][-1]
     assert (last["from"], last["to"], last["why"]) == ("production", "acceptance", "GPU 3 replaced")

@@ -90,13 +90,19 @@ def test_prometheus_scrapes_every_node_with_its_topology_labels(staged_cluster, 
 
 
 def test_the_health_runners_metrics_reach_prometheus(staged_cluster, scraped) -> None:
-    rows = _wait("every compute node's lifecycle in Prometheus", lambda: (lambda r: len(r) == len(COMPUTE) and r)(
-        query(staged_cluster, "gpucluster_health_lifecycle == 1")), 2 * SCRAPE + INTERVAL)
-    nodes = parse_nodes(staged_cluster.ssh(CONTROLLER, "scontrol show node -o", check=True, timeout=60).stdout)
-    states = {r["metric"]["instance"]: r["metric"]["state"] for r in rows}
-    assert sorted(states) == COMPUTE
-    for host, state in states.items():  # as Slurm shows the node (a node the suite drained is in triage)
-        assert state == ("triage" if is_drained(nodes[host]["State"]) else "production"), (host, nodes[host])
+    """Every compute node's lifecycle state in Prometheus is the one Slurm shows (a node the suite drained is in
+    triage), once a health run and a scrape have passed since it last changed."""
+    def agree():
+        rows = query(staged_cluster, "gpucluster_health_lifecycle == 1")
+        nodes = parse_nodes(staged_cluster.ssh(CONTROLLER, "scontrol show node -o", check=True, timeout=60).stdout)
+        states = {r["metric"]["instance"]: r["metric"]["state"] for r in rows}
+        want = {h: "triage" if is_drained(nodes[h]["State"]) else "production" for h in COMPUTE}
+        agree.last = (states, want)
+        return states == want
+    try:
+        _wait("every compute node's lifecycle in Prometheus as Slurm shows it", agree, 2 * SCRAPE + 2 * INTERVAL)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: Prometheus {agree.last[0]}, Slurm {agree.last[1]}") from None
     checks = query(staged_cluster, f'gpucluster_health_check_ok{{instance="{NODE}"}}')
     assert {r["metric"]["check"] for r in checks} >= {c["name"] for c in node_config(_CLUSTER, "gpu")["checks"]}
 

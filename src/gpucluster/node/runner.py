@@ -453,14 +453,15 @@ def report(config_path: str, check: str, ok: bool | None, message: str, node: st
     return state
 
 
-def move(state_dir: str, to: str, why: str) -> str:
+def move(state_dir: str, to: str, why: str, textfile_dir: str = "") -> str:
     """Record a move an operator's command made (`gpucluster health accept`: acceptance, then production) in the
-    node's lifecycle record."""
+    node's lifecycle record, and in its metrics at once (not a run later)."""
     path = os.path.join(state_dir, "state.json")
     state = load_state(path)
     before = nodestate.load(state.get("lifecycle"))
     state["lifecycle"] = nodestate.advance(before, time.time(), to, why, state.get("checks", {}))
     save_state(path, state)
+    promtext.write(textfile_dir, state)
     return f"{before['state'] or 'no state'} -> {to}"
 
 
@@ -525,7 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         with open(args.config) as fh:
-            state_dir = state_dir_of(json.load(fh))
+            config = json.load(fh)
+        state_dir = state_dir_of(config)
     except (OSError, ValueError) as exc:
         # Unchecked is not healthy: say so in Slurm. A good config later resumes the node (gpc: reason).
         why = getattr(exc, "strerror", None) or exc
@@ -542,7 +544,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if held else 1
         if args.lifecycle:
             held = lock(state_dir, REPORT_LOCK_WAIT_S)
-            print(f"gpucluster-health: {move(state_dir, args.lifecycle, args.why) if held else 'a run holds the lock'}")
+            moved = move(state_dir, args.lifecycle, args.why, str(config.get("textfile_dir", ""))) if held else None
+            print(f"gpucluster-health: {moved or 'a run holds the lock'}")
             return 0 if held else 1
         if args.report:
             if args.failed is None and args.passed is None and args.not_run is None:
