@@ -19,8 +19,9 @@ import yaml
 from conftest import EXAMPLES, cluster_example, compiled, example_data, skip_or_fail, spec_from_data
 
 from gpucluster.cluster import Cluster, load_cluster
-from gpucluster.node import promtext
+from gpucluster.node import promtext, slurmmetrics
 from gpucluster.node.xid import CLASSES, LADDER, XIDS, classify
+from gpucluster.render import slurmunits
 from gpucluster.render.metrics import (
     ALERTS,
     CONFIG,
@@ -54,8 +55,10 @@ def written(cluster: Cluster, folder: Path) -> dict[str, str]:
     return files
 
 
-def fixture_cluster() -> Cluster:
-    return load_cluster(FIXTURES / "cluster.yaml")
+def fixture_cluster(test: str = "") -> Cluster:
+    """The cluster a rule test describes: tests/metrics/nvl72.yaml for nvl72-*.test.yml (NVLink domains), else
+    tests/metrics/cluster.yaml."""
+    return load_cluster(FIXTURES / ("nvl72.yaml" if test.startswith("nvl72-") else "cluster.yaml"))
 
 
 # ---- the real promtool ---------------------------------------------------------------------------
@@ -82,9 +85,9 @@ def test_promtool_accepts_the_rules_and_alerts(name, tmp_path) -> None:
 
 @pytest.mark.parametrize("fixture", RULE_TESTS)
 def test_alerts_under_promtool_test_rules(fixture, tmp_path) -> None:
-    """The alert tests of tests/metrics/ (each file says what it shows) against the rules rendered from
-    tests/metrics/cluster.yaml."""
-    written(fixture_cluster(), tmp_path)
+    """The alert tests of tests/metrics/ (each file says what it shows) against the rules rendered from the cluster
+    it describes (fixture_cluster)."""
+    written(fixture_cluster(fixture), tmp_path)
     shutil.copy(FIXTURES / fixture, tmp_path / fixture)
     res = promtool(tmp_path, "test", "rules", fixture)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -168,22 +171,52 @@ def test_labels_are_written_once_a_run_not_once_a_host(name) -> None:
 
 
 def test_the_rule_tests_labels_are_the_plans() -> None:
-    """The series and expected alerts of tests/metrics/*.test.yml carry the labels the plan of
-    tests/metrics/cluster.yaml gives each host."""
-    cluster = fixture_cluster()
-    by_host = {g.host(i): planned_labels(cluster, g, i) for g in cluster.spec.node_groups for i in range(g.count)}
+    """The series and expected alerts of tests/metrics/*.test.yml carry the labels the plan of the cluster each
+    describes gives each host. The controller's Slurm series carry the controller's target labels, and their own
+    node_group, unit and pod name the plan's units."""
     seen = 0
     for fixture in RULE_TESTS:
+        cluster = fixture_cluster(fixture)
+        by_host = {g.host(i): planned_labels(cluster, g, i) for g in cluster.spec.node_groups for i in range(g.count)}
+        units = {(u.group, u.name, f"pod{u.pod + 1:03d}" if cluster.plan.tiers == 3 else "")
+                 for u in cluster.plan.units}
         doc = yaml.safe_load((FIXTURES / fixture).read_text())
         for test in doc["tests"]:
-            found = [dict(re.findall(r'(\w+)="([^"]*)"', s["series"])) for s in test["input_series"]]
-            found += [a["exp_labels"] for t in test.get("alert_rule_test", []) for a in t.get("exp_alerts", [])]
-            for labels in found:
-                if "instance" in labels:
-                    topology = {k: v for k, v in labels.items() if k in TOPOLOGY}
-                    assert topology == by_host[labels["instance"]], (fixture, labels)
-                    seen += 1
+            found = [(s["series"].split("{")[0], dict(re.findall(r'(\w+)="([^"]*)"', s["series"])))
+                     for s in test["input_series"]]
+            found += [("", a["exp_labels"]) for t in test.get("alert_rule_test", []) for a in t.get("exp_alerts", [])]
+            for name, labels in found:
+                if "instance" not in labels:
+                    continue
+                own = ("unit", "pod", "nvlink_domain") if name.startswith("gpucluster_slurm_") else ()
+                topology = {k: v for k, v in labels.items() if k in TOPOLOGY and k not in own}
+                assert topology == by_host[labels["instance"]], (fixture, labels)
+                if own and "unit" in labels:
+                    assert (labels["node_group"], labels["unit"], labels.get("pod", "")) in units, (fixture, labels)
+                seen += 1
     assert seen > 100
+
+
+# Alerts written before this check: these have no test in tests/metrics/ yet.
+UNTESTED = {"GpuclusterNvlinkErrors", "GpuclusterIbLinkErrors", "GpuclusterNodeServiceRequired",
+            "GpuclusterHealthStale", "GpuclusterGpuExporterDown"}
+# ...and these a firing case only: silent only for the nodes and units their firing expectations leave out.
+FIRING_ONLY = {"GpuclusterGpuEccUncorrected", "GpuclusterLinkCheckFailing", "GpuclusterUnitLinkCheckFailing"}
+
+
+def test_every_alert_has_a_firing_and_a_silent_case() -> None:
+    """Each alert the fixture clusters render is expected to fire somewhere in tests/metrics/*.test.yml, and to stay
+    silent somewhere (UNTESTED aside)."""
+    names = {a for f in ("cluster", "nvl72-") for a in alerts_of(fixture_cluster(f))}
+    cases: dict[str, set[bool]] = {}
+    for fixture in RULE_TESTS:
+        for test in yaml.safe_load((FIXTURES / fixture).read_text())["tests"]:
+            for t in test.get("alert_rule_test", []):
+                cases.setdefault(t["alertname"], set()).add(bool(t.get("exp_alerts")))
+    missing = sorted(a for a in names - UNTESTED - FIRING_ONLY if cases.get(a) != {True, False})
+    assert not missing, f"alerts without a firing and a silent case: {missing}"
+    assert all(True in cases.get(a, ()) for a in FIRING_ONLY)
+    assert names >= UNTESTED | FIRING_ONLY
 
 
 # ---- scrape jobs ------------------------------------------------------------------------------
@@ -226,13 +259,26 @@ def alerts_of(cluster: Cluster) -> dict[str, dict]:
 
 def test_thresholds_come_from_the_spec() -> None:
     data = example_data("staging")
-    data["metrics"] = {"unit_degraded_pct": 40, "unit_degraded_min_nodes": 3, "down_minutes": 9}
+    data["metrics"] = {"unit_degraded_pct": 40, "unit_degraded_min_nodes": 3, "down_minutes": 9,
+                       "slurm_out_of_service_pct": 15, "flap_count": 4, "flap_minutes": 30,
+                       "backfill_cycle_seconds": 45, "scrape_interval": 20}
     data.setdefault("health", {})["ecc_uncorrected_max"] = 7
-    alerts = alerts_of(compiled(spec_from_data(data)))
+    cluster = compiled(spec_from_data(data))
+    alerts = alerts_of(cluster)
     unit = alerts["GpuclusterUnitDegraded"]
     assert "ratio > 0.4" in unit["expr"] and "sum >= 3" in unit["expr"] and unit["for"] == "9m"
     assert "ratio > 0.4" in alerts["GpuclusterNodeDown"]["expr"]
     assert "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{job=\"dcgm\"} > 7" in alerts["GpuclusterGpuEccUncorrected"]["expr"]
+    assert "count >= 3" in alerts["GpuclusterUnitLost"]["expr"] and alerts["GpuclusterUnitLost"]["for"] == "9m"
+    slurm = alerts["GpuclusterSlurmNodesOutOfService"]["expr"]
+    assert "ratio > 0.15" in slurm and "sum >= 3" in slurm
+    assert "exits{job=\"node\"} >= 4" in alerts["GpuclusterNodeFlapping"]["expr"]
+    assert "> 45" in alerts["GpuclusterSlurmBackfillSlow"]["expr"]
+    assert "> 60" in alerts["GpuclusterSlurmMetricsStale"]["expr"]  # 3 scrape intervals of 20 s
+    rules = {r["record"]: r["expr"] for g in yaml.safe_load(render_metrics(cluster)[RULES])["groups"]
+             for r in g["rules"]}
+    assert rules["instance:gpucluster_node_out_of_service:exits"].count("[30m]") == 2
+    assert ">= 4" in rules["unit:gpucluster_nodes_flapping:count"]
 
 
 def test_xid_alert_classes_are_the_nodes_classes_that_drain() -> None:
@@ -261,6 +307,64 @@ def test_the_rules_read_the_health_metrics_the_runner_writes() -> None:
     files = render_metrics(cluster_example("staging"))
     read = set(re.findall(r"(?<![:\w])gpucluster_health_\w+", files[RULES] + files[ALERTS] + files[DASHBOARD]))
     assert read <= written, read - written
+
+
+def _slurm_file(cluster: Cluster, tmp_path: Path) -> str:
+    """The file gpucluster-slurm-metrics writes for the cluster's plan, every source read: its node table all idle
+    but one node drained, a running and a pending job, sdiag's every statistic."""
+    plan = tmp_path / slurmunits.FILE
+    plan.write_text(slurmunits.render_slurm_units(cluster)[slurmunits.FILE])
+    hosts = [h for g in cluster.spec.groups_with_role("compute") for h in g.hosts]
+    table = {"errors": [], "nodes": [{"name": h, "state": ["IDLE", *(["DRAIN"] if i == 0 else [])],
+                                      "reason": "gpc:gpu-count: 7 of 8" if i == 0 else ""}
+                                     for i, h in enumerate(hosts)]}
+    heads = {"main": "Main schedule statistics (microseconds):", "backfill": "Backfilling stats"}
+    sdiag = "".join(head + "\n" + "".join(f"\t{key}: 1\n" for sec, key in slurmmetrics.SDIAG_KEYS if sec == name)
+                    for name, head in heads.items())
+    outputs = {slurmmetrics.NODES_JSON: json.dumps(table), slurmmetrics.JOBS: "RUNNING|None\nPENDING|Resources\n",
+               slurmmetrics.SDIAG: sdiag}
+    text, whys = slurmmetrics.collect(lambda argv, timeout: (outputs[tuple(argv)], ""), str(plan), 5, 1.0)
+    assert whys == []
+    return text
+
+
+def _slurm_written(text: str) -> dict[str, dict[str, set[str]]]:
+    """name -> label -> values, of the exposition text."""
+    out: dict[str, dict[str, set[str]]] = {}
+    for name, labels in re.findall(r"^(gpucluster_slurm_\w+)(?:\{(.*)\})? ", text, re.M):
+        mine = out.setdefault(name, {})
+        for key, value in re.findall(r'(\w+)="([^"]*)"', labels):
+            mine.setdefault(key, set()).add(value)
+    return out
+
+
+# The labels Prometheus adds to every series of the controller's node_exporter (its target's, and the job's).
+TARGET_LABELS = {"job", "instance", "cluster", "group", "role", "rack"}
+
+
+@pytest.mark.parametrize("name", ["cluster", "nvl72-"])
+def test_the_slurm_rules_read_what_the_slurm_metrics_program_writes(name, tmp_path) -> None:
+    """Every gpucluster_slurm_* name the rules, alerts and dashboard read is one node/slurmmetrics.py writes, each
+    selector's labels are its labels (or the controller target's) and each fixed value one it writes; the promtool
+    tests' Slurm series are such series too."""
+    cluster = fixture_cluster(name)
+    written_ = _slurm_written(_slurm_file(cluster, tmp_path))
+    files = render_metrics(cluster)
+    read = files[RULES] + files[ALERTS] + files[DASHBOARD].replace('\\"', '"')
+    series = re.findall(r"(?<![:\w])(gpucluster_slurm_\w+)(?:\{([^}]*)\})?", read)
+    for fixture in RULE_TESTS:
+        doc = yaml.safe_load((FIXTURES / fixture).read_text())
+        series += [tuple(s["series"].rstrip("}").split("{", 1)) for t in doc["tests"] for s in t["input_series"]
+                   if s["series"].startswith("gpucluster_slurm_")]
+    assert len({n for n, _ in series}) >= 10, series
+    for metric, selector in series:
+        assert metric in written_, f"{metric} is read but not written"
+        for key, op, value in re.findall(r'(\w+)\s*(=~|!=|!~|=)\s*"([^"]*)"', selector):
+            if key in TARGET_LABELS:
+                continue
+            assert key in written_[metric], f"{metric}{{{selector}}}: no label {key}"
+            if op == "=" and key in ("scheduler", "state", "source"):
+                assert value in written_[metric][key], f"{metric}{{{selector}}}: {key}={value} is never written"
 
 
 def test_a_metrics_change_disrupts_no_node() -> None:

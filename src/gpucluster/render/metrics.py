@@ -47,6 +47,9 @@ ERROR_WINDOW = "15m"
 STALE_INTERVALS = 3
 # The health checks whose failure says a link is at fault (docs/health.md, The checks).
 LINK_CHECKS = ("hca-ports", "link-flap", "nvlink-fabric", "fabric-manager")
+# The controller's Slurm metrics (node/slurmmetrics.py) are written once a scrape interval by a timer: a file older
+# than this many intervals missed several runs in a row (one late run, or one slow on a large node table, is not).
+SLURM_STALE_INTERVALS = 3
 
 
 def targets_name(group: str) -> str:
@@ -193,6 +196,22 @@ def metrics_context(cluster: Cluster) -> dict:
         "link_downed_max": health.link_downed_max,
         "link_checks": "|".join(LINK_CHECKS),
         "textfile": TEXTFILE,
+        "domains": bool(cluster.plan.domains),
+        "flap_count": metrics.flap_count,
+        "flap_window": f"{metrics.flap_minutes}m",
+        **_slurm_context(cluster),
+    }
+
+
+def _slurm_context(cluster: Cluster) -> dict:
+    """The thresholds of the rules and alerts over the controller's Slurm metrics (docs/metrics.md)."""
+    metrics = cluster.spec.metrics
+    return {
+        "slurm_share": _pct(metrics.slurm_out_of_service_pct),
+        "slurm_share_pct": f"{metrics.slurm_out_of_service_pct:g}",
+        "slurm_stale_s": SLURM_STALE_INTERVALS * metrics.scrape_interval,
+        "slurm_stale_intervals": SLURM_STALE_INTERVALS,
+        "backfill_s": f"{metrics.backfill_cycle_seconds:g}",
     }
 
 

@@ -617,6 +617,24 @@ class Metrics(Strict):
     unit_degraded_min_nodes: Int = Field(default=2, ge=1, le=100_000,
                                          description="nodes out of service a unit needs as well before it counts "
                                                      "as degraded (small units: one node down stays one node)")
+    # The health circuit breaker's default share (health.breaker.out_of_service_pct): past it automatic drains stop
+    # and the cluster no longer heals itself, so a person looks.
+    slurm_out_of_service_pct: Num = Field(default=10.0, gt=0, le=100,
+                                          description="share of the nodes Slurm has that are drained, down or failed "
+                                                      "over which one alert fires for the cluster")
+    # Three exits in an hour is no cycle gpucluster drives itself (a reboot for a GPU fault, a rollout wave or an
+    # acceptance is one exit each), and every exit ends the jobs on the node.
+    flap_count: Int = Field(default=3, ge=2, le=100,
+                            description="times a node leaves service (down, or out of production) within "
+                                        "flap_minutes before it counts as flapping")
+    flap_minutes: Int = Field(default=60, ge=10, le=1440,
+                              description="the window flap_count is counted over, in minutes")
+    # Slurm's default bf_max_time is its bf_interval, 30 s (the rendered slurm.conf sets neither), and sdiag's cycle
+    # leaves out the 0.5 s backfill sleeps every 2 s to yield its locks: no cycle reports much over 24 s before
+    # bf_max_time ends it. Raise this with bf_max_time.
+    backfill_cycle_seconds: Num = Field(default=20.0, gt=0, le=3600,
+                                        description="seconds of a backfill cycle (sdiag's last cycle) over which "
+                                                    "the scheduler alert fires, when every cycle is that long")
 
 
 class ClusterSpec(Strict):
