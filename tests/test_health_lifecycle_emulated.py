@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from conftest import health_slurm_conf, root_scontrol_env, wait_for
+from test_health_reboot_emulated import boot, in_service, node_config, slurm_node
 from test_health_xid import X79
 
 from gpucluster.cluster import load_cluster
@@ -80,35 +81,6 @@ def cluster():
         shutil.rmtree(base, ignore_errors=True)
 
 
-def boot(c: SlurmCluster, node: str, boot_id: str) -> None:
-    folder = c.base / "roots" / node / "proc/sys/kernel/random"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "boot_id").write_text(f"{boot_id}\n")
-
-
-def node_config(c: SlurmCluster, node: str) -> Path:
-    home = c.base / "nodes" / node
-    home.mkdir(parents=True)
-    (home / "kern.log").write_text(f"[ 12.000000] nvidia: module loaded\n{X79}\n")
-    boot(c, node, f"{node}-boot-1")
-    config = {"env": {**c.session_env, "GPC_HEALTH_ROOT": str(c.base / "roots" / node)}, "munge_key": "",
-              "state_dir": str(home / "state"), "site_dir": str(home / "site"), "check_timeout": 10,
-              "run_budget": 30, "resume_after": 2, "fail_after": 1, "breaker": BREAKER,
-              "lifecycle": {"triages": 3, "window_s": 7 * 86400},
-              "checks": [{"name": "gpu-xid", "kind": "gpu-xid", "kernel_log": str(home / "kern.log"), "timeout": 10}]}
-    path = home / "config.json"
-    path.write_text(json.dumps(config))
-    return path
-
-
-def slurm_node(c: SlurmCluster, node: str) -> dict[str, str]:
-    return slurmctl.parse_nodes(c.scontrol("show", "node", "-o", node))[node]
-
-
-def in_service(info: dict[str, str]) -> bool:
-    return info["State"] == "IDLE" and info["reason"] == ""
-
-
 def state_of(c: SlurmCluster, node: str) -> dict:
     return json.loads((c.base / "nodes" / node / "state" / "state.json").read_text())
 
@@ -117,7 +89,7 @@ def state_of(c: SlurmCluster, node: str) -> dict:
 def story(cluster):
     """Every node's first run, the reboots, the runs after the boot (RECUR's XID again), and the figures."""
     c = cluster
-    configs = {n: node_config(c, n) for n in LIVE}
+    configs = {n: node_config(c, n, BREAKER, lifecycle={"triages": 3, "window_s": 7 * 86400}) for n in LIVE}
     c.scontrol("update", f"nodename={HAND}", "state=drain", f"reason={BY_HAND}")
     first, ended = {}, {}
     for n in LIVE:

@@ -64,16 +64,16 @@ def boot(c: SlurmCluster, node: str, boot_id: str) -> None:
     (folder / "boot_id").write_text(f"{boot_id}\n")
 
 
-def node_config(c: SlurmCluster, node: str) -> Path:
+def node_config(c: SlurmCluster, node: str, limits: dict = BREAKER, **extra) -> Path:
     """The node's health config: the gpu-xid check on its own kernel log file (XID 79 in it), its own state and
-    boot id, the breaker's group; scontrol the cluster's."""
+    boot id, the breaker's group and limits (`limits`), any `extra` keys; scontrol the cluster's."""
     home = c.base / "nodes" / node
     home.mkdir(parents=True)
     (home / "kern.log").write_text(f"[ 12.000000] nvidia: module loaded\n{X79}\n")
     boot(c, node, f"{node}-boot-1")
     config = {"env": {**c.session_env, "GPC_HEALTH_ROOT": str(c.base / "roots" / node)}, "munge_key": "",
               "state_dir": str(home / "state"), "site_dir": str(home / "site"), "check_timeout": 10,
-              "run_budget": 30, "resume_after": 2, "fail_after": 1, "breaker": BREAKER,
+              "run_budget": 30, "resume_after": 2, "fail_after": 1, "breaker": limits, **extra,
               "checks": [{"name": "gpu-xid", "kind": "gpu-xid", "kernel_log": str(home / "kern.log"), "timeout": 10}]}
     path = home / "config.json"
     path.write_text(json.dumps(config))

@@ -22,6 +22,7 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
+from test_health import _wait
 
 from gpucluster.cluster import load_cluster
 from gpucluster.node.decide import is_drained
@@ -51,17 +52,6 @@ def query(cluster, expr: str) -> list[dict]:
     doc = json.loads(res.stdout)
     assert doc["status"] == "success", doc
     return doc["data"]["result"]
-
-
-def _wait(what: str, probe, timeout: float, every: float = 2.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = probe()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:.0f} s")
-        time.sleep(every)
 
 
 @pytest.fixture(scope="module")
