@@ -14,6 +14,17 @@ import pytest
 from gpucluster import cli
 
 
+@pytest.fixture(autouse=True)
+def _pythons_handler():
+    """Python's own SIGINT handler for each test, whatever this process inherited: a test run started in the
+    background by a non-interactive shell starts with SIGINT ignored (SIG_IGN), and Python then keeps it."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class _Finalized:
     def __del__(self) -> None:
         os.kill(os.getpid(), signal.SIGINT)

@@ -82,12 +82,15 @@ def node(base: Path):
     return {"key": key, "conf": conf, "env": env, "run_dir": base / "run", "log": bin_dir / "scontrol.log"}
 
 
-def munged_pids() -> set[int]:
+def munged_pids(under: str | Path | None = None) -> set[int]:
+    """The munged processes running, those whose command line names a path under `under` only when given: other
+    tests of the session start their own munged (the emulated clusters), so a test counts its own."""
     out = set()
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             try:
-                if Path(f"/proc/{pid}/comm").read_text().strip() == "munged":
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "munged" and (
+                        under is None or str(under) in Path(f"/proc/{pid}/cmdline").read_text()):
                     out.add(int(pid))
             except OSError:
                 pass
@@ -133,7 +136,7 @@ def test_the_base_folder_must_be_private(base: Path) -> None:
 
 @needs_munged
 def test_private_munged_serves_credentials_and_leaves_nothing_behind(node) -> None:
-    before = munged_pids()
+    before = munged_pids(node["run_dir"])
     pm = privmunge.PrivateMunged(str(node["key"]), str(node["conf"]), str(node["run_dir"]))
     t0 = time.monotonic()
     env = pm.start()
@@ -149,11 +152,11 @@ def test_private_munged_serves_credentials_and_leaves_nothing_behind(node) -> No
         cred = subprocess.run(["munge", "-n", "--socket", pm.socket], capture_output=True, text=True, check=True)
         back = subprocess.run(["unmunge", "--socket", pm.socket], input=cred.stdout, capture_output=True, text=True)
         assert back.returncode == 0 and "STATUS:          Success (0)" in back.stdout, back.stderr
-        assert len(munged_pids() - before) == 1
+        assert len(munged_pids(node["run_dir"]) - before) == 1
     finally:
         pm.stop()
     assert not folder.exists()
-    assert munged_pids() - before == set()
+    assert munged_pids(node["run_dir"]) - before == set()
 
 
 @needs_munged
@@ -166,9 +169,8 @@ def test_private_munged_runs_as_the_keys_owner(node) -> None:
     os.chown(node["key"], munge_user.pw_uid, munge_user.pw_gid)
     os.chmod(node["key"], 0o400)
     with privmunge.PrivateMunged(str(node["key"]), str(node["conf"]), str(node["run_dir"])) as _env:
-        pm_pids = munged_pids()
-        uids = {int(Path(f"/proc/{p}/status").read_text().split("Uid:")[1].split()[1]) for p in pm_pids
-                if str(node["run_dir"]) in Path(f"/proc/{p}/cmdline").read_text()}
+        uids = {int(Path(f"/proc/{p}/status").read_text().split("Uid:")[1].split()[1])
+                for p in munged_pids(node["run_dir"])}
     assert uids == {munge_user.pw_uid}  # munged refuses a key owned by anyone but the user it runs as
 
 
@@ -201,7 +203,7 @@ def test_leftovers_of_a_killed_run_are_removed_with_their_munged(node) -> None:
 
 @needs_munged
 def test_a_session_falls_back_to_the_private_munged_and_stops_it(node) -> None:
-    before = munged_pids()
+    before = munged_pids(node["run_dir"])
     with slurmctl.Session(node["env"], munge_key=str(node["key"]), run_dir=str(node["run_dir"])) as ctl:
         info, why = ctl.show("gpu07")
         assert info is not None and info["State"] == "IDLE", why
@@ -213,7 +215,7 @@ def test_a_session_falls_back_to_the_private_munged_and_stops_it(node) -> None:
     private = re.compile(rf"via {node['run_dir']}/munge-\w+/munge.socket$")
     assert private.search(calls[1]) and private.search(calls[2]), calls  # then the private one, kept for the run
     assert calls[2].startswith("update nodename=gpu07 state=drain reason=gpc:munge: munge -n failed")
-    assert munged_pids() - before == set() and list(node["run_dir"].iterdir()) == []
+    assert munged_pids(node["run_dir"]) - before == set() and list(node["run_dir"].iterdir()) == []
 
 
 @needs_munged
