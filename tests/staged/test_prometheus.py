@@ -73,7 +73,9 @@ def test_prometheus_scrapes_every_node_with_its_topology_labels(staged_cluster, 
             assert (labels["group"], labels["cluster"]) == (group.name, _SPEC.name), labels
             unit = next(u for u in plan.units if u.group == group.name and u.first <= i < u.first + u.count)
             assert labels["unit"] == unit.name, labels
-    dcgm = query(staged_cluster, 'up{job="dcgm"}')
+    # each job scrapes its targets on its own schedule: the dcgm job's may come a scrape after the node job's
+    dcgm = _wait("the dcgm job's targets scraped once", lambda: (lambda r: len(r) == len(NVIDIA) and r)(
+        query(staged_cluster, 'up{job="dcgm"}')), 2 * SCRAPE)
     assert sorted(r["metric"]["instance"] for r in dcgm) == NVIDIA
     print(f"\ndcgm job: {len(dcgm)} targets, not run (no DCGM exporter on a GPU-less staged node): "
           f"up {sorted({r['value'][1] for r in dcgm})}")
