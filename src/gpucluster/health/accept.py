@@ -136,7 +136,6 @@ def accept(node: str, slurm: Callable, on_node: Callable, show: Callable[[], tup
     except RuntimeError:
         slurm(delete_reservation(node))
         raise
-    started = t0
     on_node([program])  # the passive checks now: a failure drains the node (triage)
     out.steps.append("passive checks run")
     for check, script in scripts:
@@ -147,7 +146,7 @@ def accept(node: str, slurm: Callable, on_node: Callable, show: Callable[[], tup
         out.steps.append(f"{check}: job {(res.stdout or '').strip() or '?'} ended with exit {res.returncode}")
     state, _reason = show()
     text = on_node(["cat", state_file])
-    out.passed, out.why, out.checks = verdict(text.stdout if text.returncode == 0 else "", started,
+    out.passed, out.why, out.checks = verdict(text.stdout if text.returncode == 0 else "", t0,
                                               [c for c, _s in scripts], state)
     slurm(delete_reservation(node))  # passed or not, the node leaves its reservation
     out.steps.append(f"reservation {reservation(node)} deleted")
