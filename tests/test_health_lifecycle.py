@@ -8,6 +8,8 @@ tests/test_health_lifecycle_emulated.py takes nodes through the whole lifecycle 
 from __future__ import annotations
 
 import json
+import re
+import sys
 import time
 
 import pytest
@@ -135,7 +137,7 @@ def test_the_lifecycle_flag_records_an_operators_move(node) -> None:  # noqa: F8
     node.write_config(textfile_dir=str(folder))
     node.run()
     res = node.run("--lifecycle", "acceptance", "--why", "GPU 3 replaced")
-    assert 'gpucluster_health_lifecycle{state="acceptance"} 1' in (folder / promtext.FILE).read_text()
+    assert 'gpucluster_health_lifecycle{state="acceptance"} 1.0' in (folder / promtext.FILE).read_text()
     assert res.returncode == 0 and "production -> acceptance" in res.stdout, res.stdout + res.stderr
     last = node.state["lifecycle"]["history"][-1]
     assert (last["from"], last["to"], last["why"]) == ("production", "acceptance", "GPU 3 replaced")
@@ -148,20 +150,21 @@ def test_the_run_writes_its_metrics_for_node_exporter(gpu) -> None:  # noqa: F81
     gpu.logged(X13)
     gpu.run()
     text = (folder / promtext.FILE).read_text()
-    assert 'gpucluster_health_check_ok{check="gpu-xid"} 0' in text
-    assert 'gpucluster_health_check_fails{check="gpu-xid"} 1' in text
-    assert 'gpucluster_health_lifecycle{state="rebooting"} 1' in text
-    assert 'gpucluster_health_lifecycle{state="production"} 0' in text
-    assert 'gpucluster_health_gpu_errors_open{class="xid13"} 1' in text
-    assert "gpucluster_health_breaker_held 0" in text
-    assert f"gpucluster_health_last_run_timestamp_seconds {gpu.state['started']:g}" in text
+    assert 'gpucluster_health_check_ok{check="gpu-xid"} 0.0' in text
+    assert 'gpucluster_health_check_fails{check="gpu-xid"} 1.0' in text
+    assert 'gpucluster_health_lifecycle{state="rebooting"} 1.0' in text
+    assert 'gpucluster_health_lifecycle{state="production"} 0.0' in text
+    assert 'gpucluster_health_gpu_errors_open{class="xid13"} 1.0' in text
+    assert "gpucluster_health_breaker_held 0.0" in text
+    stamp = re.search(r"^gpucluster_health_last_run_timestamp_seconds (\S+)$", text, re.M)
+    assert stamp and float(stamp.group(1)) == pytest.approx(gpu.state["started"])
     assert not list(folder.glob("*.tmp*"))
 
 
 def test_metrics_escape_a_site_checks_name_and_skip_a_missing_folder(tmp_path) -> None:
     text = promtext.render({"checks": {'we"ird\\\nname': {"ok": True}}, "started": 5, "action": "held"})
-    assert 'gpucluster_health_check_ok{check="we\\"ird\\\\\\nname"} 1' in text
-    assert "gpucluster_health_breaker_held 1" in text
+    assert 'gpucluster_health_check_ok{check="we\\"ird\\\\\\nname"} 1.0' in text
+    assert "gpucluster_health_breaker_held 1.0" in text
     assert promtext.write(str(tmp_path / "absent"), {}) is None and not (tmp_path / "absent").exists()
 
 
@@ -230,7 +233,7 @@ def test_the_xid_counter_counts_every_error_read_and_survives_a_bad_file(gpu) ->
     gpu.run()
     gpu.logged(X13)
     gpu.run()
-    assert 'gpucluster_health_xid_events_total{class="xid13"} 3' in (folder / promtext.FILE).read_text()
+    assert 'gpucluster_health_xid_events_total{class="xid13"} 3.0' in (folder / promtext.FILE).read_text()
     assert "# TYPE gpucluster_health_xid_events_total counter" in (folder / promtext.FILE).read_text()
     state = gpu.state
     state["checks"]["gpu-xid"]["data"]["counts"] = {"xid13": "lots", "x": True, "xid79": 2}
@@ -238,5 +241,13 @@ def test_the_xid_counter_counts_every_error_read_and_survives_a_bad_file(gpu) ->
     gpu.logged(X13)  # counted from what the file held that is a count: the bad ones start over
     gpu.run()
     text = (folder / promtext.FILE).read_text()
-    assert 'class="xid79"} 2' in text and 'class="xid13"} 1' in text and 'class="x"' not in text
+    assert 'class="xid79"} 2.0' in text and 'class="xid13"} 1.0' in text and 'class="x"' not in text
     assert gpu.state["checks"]["gpu-xid"]["ok"] is True, gpu.state["checks"]["gpu-xid"]
+
+
+def test_metrics_without_the_client_library_say_so_and_write_nothing(tmp_path, monkeypatch) -> None:
+    """A node without python3-prometheus-client still runs its checks: the metrics file is not written, and why."""
+    for name in ("prometheus_client", "prometheus_client.core", "prometheus_client.exposition"):
+        monkeypatch.setitem(sys.modules, name, None)  # None in sys.modules: the import raises ImportError
+    why = promtext.write(str(tmp_path), {"checks": {"x": {"ok": True}}})
+    assert why and "python3-prometheus-client" in why and not list(tmp_path.iterdir())

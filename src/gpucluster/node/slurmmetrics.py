@@ -12,13 +12,14 @@ Runs on the controller, once per scrape interval (a systemd timer), and writes o
 
   gpucluster-slurm-metrics [--output FILE|-] [--plan FILE] [--timeout S]
 
-One file, gpucluster.node.slurmmetrics in the repository, copied as it is. Standard library only.
+One file, gpucluster.node.slurmmetrics in the repository, copied as it is: the standard library and the Prometheus
+client library, which writes the exposition format (Debian's python3-prometheus-client on the controller).
 
 Everything Slurm prints is data: a node's reason is free text anyone with scontrol rights writes, so it never
-becomes a label as it is, only the class it falls in (`reason_class`); every label value is bounded and escaped
-(`label`). Commands run from argument lists, never a shell, each within `--timeout` seconds. A command that fails
-leaves its metrics out of the file and says so (`gpucluster_slurm_up{source} 0`): no old value is carried over,
-and `gpucluster_slurm_last_run_timestamp_seconds` tells a stale file from a fresh one.
+becomes a label as it is, only the class it falls in (`reason_class`); every label value is bounded (`label`)
+and escaped by the client library. Commands run from argument lists, never a shell, each within `--timeout`
+seconds. A command that fails leaves its metrics out of the file and says so (`gpucluster_slurm_up{source} 0`): no
+old value is carried over, and `gpucluster_slurm_last_run_timestamp_seconds` tells a stale file from a fresh one.
 
 The node table is read as JSON (`scontrol --json show node`; 22.05's scontrol has no --json: its `sinfo --json`),
 so no reason can break a record; the job queue and sdiag as text whose fields are Slurm's own words, read token by
@@ -114,8 +115,8 @@ SDIAG_HELP = {
 # ---- label values and the exposition format -----------------------------------------------------------------------
 
 def label(value) -> str:
-    """A label value: at most MAX_LABEL characters, backslash, double quote and newline escaped."""
-    return str(value)[:MAX_LABEL].replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    """A label value: at most MAX_LABEL characters. The client library escapes it as the format says."""
+    return str(value)[:MAX_LABEL]
 
 
 def word(value) -> str:
@@ -147,22 +148,35 @@ def pending_reason(text: str) -> str:
     return m.group(0) if m else "other"
 
 
-def _value(v) -> str:
-    if isinstance(v, bool):
-        return str(int(v))
-    return str(v) if isinstance(v, int) else repr(float(v))
+def family(name: str, help_text: str, samples) -> list:
+    """One gauge: a list of one family with a sample per (labels dict, value), labels with an empty value left out;
+    an empty list without samples."""
+    from prometheus_client.metrics_core import Metric
 
-
-def family(name: str, help_text: str, samples) -> list[str]:
-    """One gauge's lines: HELP, TYPE, then `name{labels} value` per (labels dict, value); none without samples."""
     samples = list(samples)
     if not samples:
         return []
-    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+    fam = Metric(name, help_text, "gauge")
     for labels, v in samples:
-        inner = ",".join(f'{k}="{label(x)}"' for k, x in labels.items() if x != "")
-        lines.append(f"{name}{{{inner}}} {_value(v)}" if inner else f"{name} {_value(v)}")
-    return lines
+        fam.add_sample(name, {k: label(x) for k, x in labels.items() if x != ""}, float(v))
+    return [fam]
+
+
+class _Families:
+    """Families as the collector generate_latest() reads."""
+
+    def __init__(self, families: list) -> None:
+        self.families = families
+
+    def collect(self) -> list:
+        return self.families
+
+
+def exposition(families: list) -> str:
+    """The text format of the families, written by the Prometheus client library."""
+    from prometheus_client.exposition import generate_latest
+
+    return generate_latest(_Families(families)).decode()
 
 
 def _counted(key: str, fixed, counts: dict[str, int]) -> list:
@@ -315,9 +329,9 @@ def largest_block(free: list[tuple[bool, int]]) -> int:
     return best
 
 
-def span_families(units: list[dict], domains: list[dict], nodes: dict) -> list[str]:
+def span_families(units: list[dict], domains: list[dict], nodes: dict) -> list:
     """Free nodes per unit and per NVLink domain, whole free ones per node group, the largest free block of units."""
-    out: list[str] = []
+    out: list = []
     for spans, kind, what in ((units, "unit", "topology unit"), (domains, "nvlink_domain", "NVLink domain")):
         per_span, whole, order = [], {}, {}
         for s in spans:
@@ -376,7 +390,7 @@ def _source(run, timeout: float, which: str) -> tuple[object, str, float]:
     return parsed, why, time.monotonic() - t0
 
 
-def node_families(nodes: dict) -> list[str]:
+def node_families(nodes: dict) -> list:
     """Nodes by state, by flag, and out of service by reason class."""
     states: dict[str, int] = {}
     flags: dict[str, int] = {}
@@ -433,7 +447,7 @@ def collect(run, plan_path: str, timeout: float, now: float) -> tuple[str, list[
         for metric in SDIAG_HELP:  # every metric's schedulers together, in one order
             out += family(f"gpucluster_slurm_sched_{metric}", SDIAG_HELP[metric],
                           [({"scheduler": s}, v) for (m, s), v in parsed["sdiag"].items() if m == metric])
-    return "\n".join(out) + "\n", whys
+    return exposition(out), whys
 
 
 def write_atomic(path: str, text: str) -> None:
@@ -460,7 +474,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plan", default=PLAN, help=f"the rendered slurm-metrics.json (default {PLAN})")
     p.add_argument("--timeout", type=float, default=TIMEOUT, help=f"seconds per command (default {TIMEOUT:g})")
     args = p.parse_args(argv)
-    text, whys = collect(run_command, args.plan, args.timeout, round(time.time(), 3))
+    try:
+        text, whys = collect(run_command, args.plan, args.timeout, round(time.time(), 3))
+    except ImportError:
+        print("gpucluster-slurm-metrics: prometheus_client is not installed (Debian: python3-prometheus-client)",
+              file=sys.stderr)
+        return 1
     for why in whys:
         print(f"gpucluster-slurm-metrics: {why}", file=sys.stderr)
     if args.output == "-":
