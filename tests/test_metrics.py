@@ -1,9 +1,9 @@
 """Fleet metrics (render/metrics.py, docs/metrics.md): the rendered Prometheus files read by the real promtool
 (`check config` with its rule and target files, `check rules`, `test rules` on the alert tests in tests/metrics/),
-the dashboard's queries parsed by promtool too, and without promtool: every host once in its group's target file
-with the plan's topology labels, the scrape jobs by GPU vendor, the dashboard's structure, the XID classes the alert
-fires on against the node's own table. Without promtool the promtool tests are skipped (not run), never passed; in
-CI they fail (scripts/setup.sh installs Debian's prometheus package, which ships promtool)."""
+and without promtool: every host once in its group's target file with the plan's topology labels, the scrape jobs by
+GPU vendor, the XID classes the alert fires on against the node's own table. The dashboards: tests/test_dashboards.py.
+Without promtool the promtool tests are skipped (not run), never passed; in CI they fail (scripts/setup.sh installs
+Debian's prometheus package, which ships promtool)."""
 
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ from gpucluster.cluster import Cluster, load_cluster
 from gpucluster.node import promtext, slurmmetrics
 from gpucluster.node.xid import CLASSES, LADDER, XIDS, classify
 from gpucluster.render import slurmunits
+from gpucluster.render.dashboards import panel_queries
 from gpucluster.render.metrics import (
     ALERTS,
     CONFIG,
-    DASHBOARD,
     RULES,
     render_metrics,
     targets_name,
@@ -92,38 +92,6 @@ def test_alerts_under_promtool_test_rules(fixture, tmp_path) -> None:
     res = promtool(tmp_path, "test", "rules", fixture)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "SUCCESS" in res.stdout, res.stdout
-
-
-def dashboard_queries(dashboard: dict) -> dict[str, str]:
-    """name -> PromQL of every query the dashboard holds: each panel target's expr and each variable's
-    label_values() selector, Grafana's variables put in as a user's choice would put them."""
-    values = {"$cluster": "c", "$group": ".+", "$unit": ".+", "$__rate_interval": "2m", "${datasource}": "p"}
-    out = {}
-    for panel in dashboard["panels"]:
-        for target in panel.get("targets", []):
-            out[f"dashboard:panel_{panel['id']}_{target['refId']}"] = target["expr"]
-    for var in dashboard["templating"]["list"]:
-        if var["type"] == "query":
-            m = re.fullmatch(r"label_values\((.+), ([a-z_]+)\)", var["query"]["query"])
-            assert m, var["query"]
-            out[f"dashboard:variable_{var['name']}"] = m.group(1)
-    for name, expr in out.items():
-        for var, value in values.items():
-            expr = expr.replace(var, value)
-        assert "$" not in expr, f"{name}: a variable the test does not fill: {expr}"
-        out[name] = expr
-    return out
-
-
-@pytest.mark.parametrize("name", CHECKED)
-def test_dashboard_queries_parse_under_promtool(name, tmp_path) -> None:
-    """No Grafana server here: each of the dashboard's queries becomes a recording rule that promtool parses."""
-    dashboard = json.loads(render_metrics(cluster_example(name))[DASHBOARD])
-    rules = [{"record": record, "expr": expr} for record, expr in dashboard_queries(dashboard).items()]
-    (tmp_path / "dashboard-rules.yml").write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
-    res = promtool(tmp_path, "check", "rules", "dashboard-rules.yml")
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert f"SUCCESS: {len(rules)} rules found" in res.stdout, res.stdout
 
 
 # ---- the target files: every host once, with the plan's labels -----------------------------------
@@ -304,8 +272,9 @@ def test_the_rules_read_the_health_metrics_the_runner_writes() -> None:
                                                                         "counts": {"xid79": 1}}}},
                "started": 1.0, "action": "held"}
     written = set(re.findall(r"^(gpucluster_health_\w+)", promtext.render(summary), re.M))
-    files = render_metrics(cluster_example("staging"))
-    read = set(re.findall(r"(?<![:\w])gpucluster_health_\w+", files[RULES] + files[ALERTS] + files[DASHBOARD]))
+    cluster = cluster_example("staging")
+    files, queries = render_metrics(cluster), "\n".join(expr for _uid, _title, expr in panel_queries(cluster))
+    read = set(re.findall(r"(?<![:\w])gpucluster_health_\w+", files[RULES] + files[ALERTS] + queries))
     assert read <= written, read - written
 
 
@@ -350,7 +319,7 @@ def test_the_slurm_rules_read_what_the_slurm_metrics_program_writes(name, tmp_pa
     cluster = fixture_cluster(name)
     written_ = _slurm_written(_slurm_file(cluster, tmp_path))
     files = render_metrics(cluster)
-    read = files[RULES] + files[ALERTS] + files[DASHBOARD].replace('\\"', '"')
+    read = files[RULES] + files[ALERTS] + "\n".join(expr for _uid, _title, expr in panel_queries(cluster))
     series = re.findall(r"(?<![:\w])(gpucluster_slurm_\w+)(?:\{([^}]*)\})?", read)
     for fixture in RULE_TESTS:
         doc = yaml.safe_load((FIXTURES / fixture).read_text())
@@ -383,34 +352,3 @@ def test_disabled_metrics_render_nothing() -> None:
     data = example_data("staging")
     data["metrics"] = {"enabled": False}
     assert render_metrics(compiled(spec_from_data(data))) == {}
-
-
-# ---- the dashboard ----------------------------------------------------------------------------
-
-GRAFANA_BUILTINS = {"__rate_interval", "__all"}
-
-
-@pytest.mark.parametrize("name", CHECKED)
-def test_dashboard_structure(name) -> None:
-    """Valid JSON; unique panel ids; panels inside the 24 columns and not overlapping; every query target with
-    its own refId and an expr; every variable a query uses defined; the repeated row's variable multi-valued."""
-    dashboard = json.loads(render_metrics(cluster_example(name))[DASHBOARD])
-    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
-    panels = dashboard["panels"]
-    assert len({p["id"] for p in panels}) == len(panels)
-    cells: set[tuple[int, int]] = set()
-    for panel in panels:
-        pos = panel["gridPos"]
-        assert pos["x"] >= 0 and pos["x"] + pos["w"] <= 24, panel["title"]
-        mine = {(x, y) for x in range(pos["x"], pos["x"] + pos["w"]) for y in range(pos["y"], pos["y"] + pos["h"])}
-        assert not cells & mine, f"{panel['title']} overlaps another panel"
-        cells |= mine
-        if panel["type"] == "row":
-            if "repeat" in panel:
-                assert variables[panel["repeat"]]["multi"] is True
-            continue
-        assert panel["datasource"]["uid"] == "${datasource}"
-        refs = [t["refId"] for t in panel["targets"]]
-        assert refs and len(set(refs)) == len(refs) and all(t["expr"] for t in panel["targets"])
-    used = set(re.findall(r"\$\{?(\w+)", json.dumps(dashboard)))
-    assert used - GRAFANA_BUILTINS <= set(variables), used - set(variables)

@@ -26,7 +26,7 @@ RENDER_FAMILIES = (
     ("health checks", r"gpucluster-health(-[a-z]+)?(\.service|\.timer)?|health-config\.[a-z0-9_-]+\.json"),
     ("Prometheus config, rules, alerts and targets",
      r"prometheus(-rules|-alerts)?\.yml|prometheus-targets\.[a-z0-9-]+\.json"),
-    ("Grafana dashboard", r"grafana-dashboard\.json"),
+    ("Grafana dashboards", r"grafana-(fleet|group|unit|node)\.json"),
     ("the Slurm exporter's topology units and timer", r"slurm-metrics\.json|gpucluster-slurm-metrics\.(service|timer)"),
     ("cabling.csv", r"cabling\.csv"),
     ("fabric.topo", r"fabric\.topo"),

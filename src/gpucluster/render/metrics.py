@@ -22,6 +22,7 @@ from itertools import pairwise
 from gpucluster.cluster import Cluster
 from gpucluster.node.promtext import FILE as PROM_FILE
 from gpucluster.node.xid import CLASSES, LADDER, XIDS
+from gpucluster.render.dashboards import render_dashboards
 from gpucluster.render.health.config import TEXTFILE_DIR
 from gpucluster.render.templating import environment
 from gpucluster.spec.model import NodeGroup
@@ -38,7 +39,6 @@ TEXTFILE = f"{TEXTFILE_DIR}/{PROM_FILE}"
 CONFIG = "prometheus.yml"
 RULES = "prometheus-rules.yml"
 ALERTS = "prometheus-alerts.yml"
-DASHBOARD = "grafana-dashboard.json"
 # How long an XID the health runner read keeps its alert up, and the window of the link error counters.
 XID_WINDOW = "1h"
 ERROR_WINDOW = "15m"
@@ -172,7 +172,6 @@ def metrics_context(cluster: Cluster) -> dict:
     jobs = _jobs(cluster)
     return {
         "cluster": cluster.name,
-        "uid": f"gpucluster-{cluster.name}"[:40],
         "interval": f"{metrics.scrape_interval}s",
         "timeout": f"{min(10, metrics.scrape_interval)}s",
         "rule_files": [RULES, ALERTS],
@@ -221,6 +220,7 @@ def render_metrics(cluster: Cluster) -> dict[str, str]:
         return {}
     env = environment()
     ctx = metrics_context(cluster)
-    out = {name: env.get_template(f"metrics/{name}.j2").render(ctx) for name in (CONFIG, RULES, ALERTS, DASHBOARD)}
+    out = {name: env.get_template(f"metrics/{name}.j2").render(ctx) for name in (CONFIG, RULES, ALERTS)}
+    out |= render_dashboards(cluster)  # the Grafana dashboards: render/dashboards.py
     out |= {targets_name(g.name): targets_text(cluster, g) for g in cluster.spec.node_groups}
     return out
