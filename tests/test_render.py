@@ -531,9 +531,11 @@ def test_every_template_is_rendered_for_the_golden_examples(monkeypatch):
     root = Path(templates_dir())
     # Rendered elsewhere on purpose, each with golden files of its own: the HTML plan (`plan --html`); the
     # driver stacks' sources and pins (per node, with the node's own Debian mirror; tests/golden/drivers per
-    # GPU SKU); the active health checks (only when health.active names checks; tests/test_health_config.py).
+    # GPU SKU); the active health checks (only when health.active names checks; tests/test_health_config.py); the
+    # NVLink domain guard's timer (only for clusters with NVLink domains; tests/test_domain_guard.py).
     elsewhere = {"report/plan.html.j2", *(str(p.relative_to(root)) for p in root.glob("drivers/*.j2")),
-                 *(str(p.relative_to(root)) for p in root.glob("health/*active*.j2"))}
+                 *(str(p.relative_to(root)) for p in root.glob("health/*active*.j2")),
+                 *(str(p.relative_to(root)) for p in root.glob("health/*domain-guard*.j2"))}
     every = {str(p.relative_to(root)) for p in root.rglob("*.j2")} - elsewhere
     assert every - loaded == set(), f"templates no golden example renders: {sorted(every - loaded)}"
 

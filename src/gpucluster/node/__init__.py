@@ -12,11 +12,12 @@ compute node. `runner.py` is Slurm's HealthCheckProgram; `checks.py` runs one ch
 pure drain/resume decision; `nodestate.py` the node's lifecycle state and record;
 `promtext.py` writes the verdict for node_exporter; `xid.py` classifies the GPU
 errors of the kernel log by its table; `slurmctl.py` reads and changes the node's state with scontrol, through
-`privmunge.py`'s private munged when the node's own is down.
+`privmunge.py`'s private munged when the node's own is down. `domainguard.py` runs on the controller (a timer
+the slurm_health role installs there): it drains a degraded NVLink domain as a unit and resumes it together.
 """
 
 FILES = ("runner.py", "checks.py", "decide.py", "slurmctl.py", "privmunge.py", "breaker.py", "xid.py",
-         "nodestate.py", "promtext.py")
+         "nodestate.py", "promtext.py", "domainguard.py")
 # The other node programs, each installed by its own role under its command name (not health scripts).
 PROGRAMS = {"pullrunner.py": "gpucluster-pull", "roceqos.py": "gpucluster-roce-qos",
             "slurmmetrics.py": "gpucluster-slurm-metrics"}

@@ -16,6 +16,9 @@ every node sees it, a restart keeps it, and taking it is atomic:
   it exists, no automatic drain in the group. It lasts until an operator deletes it
   (`gpucluster health reset-breaker`), Duration=UNLIMITED (slurmctld keeps it 365 days).
 
+The controller's NVLink domain guard (domainguard.py) asks `admit_many()` before it drains a degraded domain's
+healthy trays: held while the latch is open or when they would pass the out-of-service limit, all or nothing.
+
 Anything the breaker cannot read holds the drain (the next run asks again): a breaker that cannot be asked
 must not let the whole fleet drain. Standard library only, like every file beside it.
 """
@@ -145,6 +148,28 @@ def admit(ctl: slurmctl.Session, config: dict, node: str, check: str) -> tuple[b
         return False, f"held by the breaker: slurm.conf has no license {s.token_license} (Licenses=)"
     return False, trip(ctl, s, f"drain budget spent ({total} drains in {s.window_minutes} min)",
                        f"{total} drains in {s.window_minutes} min", cause)
+
+
+def admit_many(ctl: slurmctl.Session, s: Settings, nodes: list[str]) -> tuple[bool, str]:
+    """Whether one action may drain all of `nodes` (in service) at once: the domain guard's drain of an NVLink
+    domain's healthy trays (domainguard.py). Held while the group's latch is open, or when the group's nodes out
+    of service now plus these would pass `out_of_service`; all or nothing. It takes no drain token and never
+    opens the latch: the tokens count suspect nodes per window (a shared cause among failing checks), and these
+    nodes failed nothing; holding leaves the domain as the node runs left it, which needs no person."""
+    reservations, why_not = ctl.reservations()
+    if reservations is None:
+        return False, f"held by the breaker: its state could not be read ({why_not}); the next run asks again"
+    opened = latch_of(reservations, s.group)
+    if opened is not None:
+        return False, f"held by the breaker: open since {opened.get('StartTime', '?')}: {latch_why(opened, s.group)}"
+    group, why_not = ctl.show_nodes(s.nodes)
+    if group is None:
+        return False, f"held by the breaker: the group's nodes could not be read ({why_not})"
+    out = sum(1 for name, info in group.items() if name not in nodes and out_of_service(info.get("State", "")))
+    if out + len(nodes) > s.out_of_service:
+        return False, (f"held by the breaker: draining {len(nodes)} more would put {out + len(nodes)} of {s.size} "
+                       f"nodes out of service (limit {s.out_of_service})")
+    return True, f"within the breaker's limit: {out + len(nodes)} of {s.size} out of service (limit {s.out_of_service})"
 
 
 def trip(ctl: slurmctl.Session, s: Settings, what: str, short: str, cause: tuple[str, int]) -> str:

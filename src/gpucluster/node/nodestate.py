@@ -37,6 +37,10 @@ STATES = (PRODUCTION, TRIAGE, REBOOTING, SERVICE, ACCEPTANCE)
 SERVICE_REASON = "service"
 ACCEPTANCE_REASON = "acceptance"
 HELD = frozenset((SERVICE_REASON, ACCEPTANCE_REASON))
+# The controller's domain guard (domainguard.py) drains a degraded NVLink domain's healthy trays with
+# gpc:domain:<domain> and resumes them with the domain: not the tray's fault, so no lifecycle state, and no pass of
+# the tray lifts it.
+DOMAIN_REASON = "domain"
 HISTORY = 40  # transitions kept in the record (the most recent)
 EVIDENCE_CHARS = 300  # of one check's message kept as evidence
 # Defaults of the spec's health.lifecycle (render/health/config.py writes the node's values).
@@ -51,6 +55,8 @@ def current(slurm_state: str, reason: str, before: str | None = None) -> str | N
     words = str(slurm_state).upper().split("+")
     if by is not None and slurmctl.rebooting(slurm_state):
         return REBOOTING
+    if by == DOMAIN_REASON and decide.is_drained(slurm_state):
+        return None  # drained with its domain, not for a fault of its own: the record keeps its state
     if by == SERVICE_REASON:
         return SERVICE
     if by is not None and decide.is_drained(slurm_state):

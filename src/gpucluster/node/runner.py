@@ -221,7 +221,8 @@ def resumable(checks: list[dict], reason: str) -> set[str]:
     service-required's or acceptance's (nodestate.HELD: a person's)."""
     names = {c["name"] for c in checks} | {"config", RUNNER_CHECK}
     by = decide.check_of(reason)
-    return names | ({by} if by and by not in decide.ACTIVE and by not in nodestate.HELD else set())
+    return names | ({by} if by and by not in decide.ACTIVE and by not in nodestate.HELD
+                    and by != nodestate.DOMAIN_REASON else set())
 
 
 def state_dir_of(config: dict) -> str:
@@ -273,6 +274,7 @@ def run(config_path: str, node: str | None = None, act: bool = True, t0: float |
                               int(config.get("resume_after", 3)), resumable(checks, info.get("reason", "")),
                               streaks, int(config.get("fail_after", 1)))
             d = reboot_for(summary["checks"], info, d, summary.get("rebooted"), started) or d
+            d = with_domain(info.get("reason", ""), d, failures) or d
             life = nodestate.current(info.get("State", ""), info.get("reason", ""), before["state"])
             if life is not None and life != before["state"]:  # moved since the last run (a boot, an operator)
                 before = nodestate.advance(before, started, life, seen_why(before["state"], life, info))
@@ -317,6 +319,15 @@ def reboot_for(checks: dict, info: dict, d: decide.Decision, rebooted: float | N
                                        f" h ago (one in {REBOOT_AGAIN_AFTER_S / 3600:g} h)")
             why = f"{name} asks for a reboot (Slurm reboots the node once its jobs have ended)"
             return decide.Decision("reboot", decide.reason_for([(name, str(c.get("message", "")))]), 0, why)
+    return None
+
+
+def with_domain(reason: str, d: decide.Decision, failures: list) -> decide.Decision | None:
+    """The why of a tray its NVLink domain's guard drained (gpc:domain:<domain>) and whose checks pass: it stays
+    drained, and comes back when the controller resumes the domain (domainguard.py); None: `d` stands."""
+    if d.action == "none" and not failures and decide.check_of(reason) == nodestate.DOMAIN_REASON:
+        return decide.Decision("none", reason, 0, "drained with its NVLink domain: the controller's domain guard "
+                               "resumes it with the domain")
     return None
 
 

@@ -543,6 +543,16 @@ class HealthLifecycle(Strict):
     window_days: Int = Field(default=7, ge=1, le=365, description="the window triage entries are counted over")
 
 
+class HealthNvlinkDomain(Strict):
+    """An NVLink domain (a GB200/GB300 NVL72 rack) degrades as a unit (docs/health.md, "An NVLink domain that lost
+    too many trays"); only groups whose GPU has an NVLink domain have one, the others ignore this."""
+
+    enabled: Bool = Field(default=True, description="false: no domain guard on the controller")
+    out_of_service_pct: Num = Field(default=25.0, gt=0, lt=100,
+                                    description="more than this share of a domain's trays out of service drains "
+                                                "the rest of the domain")
+
+
 class Health(Strict):
     enabled: Bool = True
     interval: Int = Field(default=300, ge=5, le=86400, description="HealthCheckInterval, seconds")
@@ -562,6 +572,7 @@ class Health(Strict):
                                         "(mounts, munge) drains; hardware checks drain on the first")
     breaker: HealthBreaker = Field(default_factory=HealthBreaker)
     lifecycle: HealthLifecycle = Field(default_factory=HealthLifecycle)
+    nvlink_domain: HealthNvlinkDomain = Field(default_factory=HealthNvlinkDomain)
     xid_actions: dict[Annotated[int, Field(ge=1, le=1000)], XidAction] = Field(
         default_factory=dict, description="site overrides of the XID table: XID number to record, drain, reboot "
                                           "or service")

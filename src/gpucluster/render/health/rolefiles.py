@@ -1,6 +1,7 @@
 """Everything the slurm_health role installs, from one compiled cluster: the node scripts (package data
 under node/, copied as they are), and the generated files render_all writes (each compute group's
-config, the HealthCheckProgram wrapper, the timer units, the active checks' job scripts and timer). The
+config, the HealthCheckProgram wrapper, the timer units, the active checks' job scripts and timer, the
+controller's NVLink domain guard config and timer). The
 slurm.conf lines go into slurm.conf itself (render/slurm.py).
 """
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from gpucluster.cluster import Cluster
 from gpucluster.node import FILES, NODE_DIR
-from gpucluster.render.health import active
+from gpucluster.render.health import active, domainconf
 from gpucluster.render.health.config import SITE_DIR, STATE_DIR, node_configs, stale_after, timer_period
 from gpucluster.render.health.slurmconf import CONFIG, LIB_DIR, PROGRAM, slurm_conf_lines
 from gpucluster.render.templating import environment
@@ -55,6 +56,7 @@ def generated(cluster: Cluster) -> dict[str, str]:
     out |= {config_name(group): config_text(c) for group, c in node_configs(cluster).items()}
     out |= timer_units(cluster)
     out |= {Path(path).name: text for path, text in active.files(cluster).items()}
+    out |= domainconf.files(cluster)
     return out
 
 
@@ -72,6 +74,10 @@ def facts(cluster: Cluster) -> dict:
         "configs": {group: config_name(group) for group in node_configs(cluster)} if health.enabled else {},
         "units": list(timer_units(cluster)) if health.enabled else [],
         "active": {path: Path(path).name for path in active.files(cluster)} if health.enabled else {},
+        # the controller's NVLink domain guard: {destination: rendered file}; {} without NVLink domains
+        "domain_guard": ({domainconf.CONFIG: domainconf.CONFIG_NAME}
+                         | {f"/etc/systemd/system/{u}": u for u in domainconf.UNITS}) if domainconf.enabled(cluster)
+        else {},
         "slurm_conf": slurm_conf_lines(cluster),
     }
 
