@@ -23,10 +23,16 @@ from gpucluster.node import promtext, slurmmetrics
 from gpucluster.node.xid import CLASSES, LADDER, XIDS, classify
 from gpucluster.render import slurmunits
 from gpucluster.render.dashboards import panel_queries
+from gpucluster.render.health.config import TEXTFILE_DIR
 from gpucluster.render.metrics import (
     ALERTS,
     CONFIG,
+    DCGM_DROPIN,
+    EXPORTERS,
+    NODE_EXPORTER_ARGS,
     RULES,
+    SERVER_ARGS,
+    TEXTFILE,
     render_metrics,
     targets_name,
     xid_classes,
@@ -196,8 +202,10 @@ def test_scrape_jobs_node_exporter_everywhere_and_each_gpu_vendor_on_its_groups(
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     by_vendor = {v: [targets_name(g.name) for g in cluster.spec.gpu_groups if cluster.gpu_vendor(g) == v]
                  for v in ("nvidia", "amd")}
-    expected = {"node": ([targets_name(g.name) for g in cluster.spec.node_groups], 9100),
-                "dcgm": (by_vendor["nvidia"], 9400), "amd-gpu": (by_vendor["amd"], 5000)}
+    metrics = cluster.spec.metrics
+    expected = {"node": ([targets_name(g.name) for g in cluster.spec.node_groups], metrics.node_exporter_port),
+                "dcgm": (by_vendor["nvidia"], metrics.dcgm_exporter_port),
+                "amd-gpu": (by_vendor["amd"], metrics.amd_exporter_port)}
     assert set(jobs) == {job for job, (files, _port) in expected.items() if files}
     for job, body in jobs.items():
         files, port = expected[job]
@@ -216,6 +224,106 @@ def test_a_short_scrape_interval_keeps_the_timeout_within_it(tmp_path) -> None:
     written(cluster, tmp_path)
     res = promtool(tmp_path, "check", "config", CONFIG)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+# ---- ports and where Prometheus runs, from the spec -----------------------------------------------
+
+MOVED = {"node_exporter_port": 19100, "dcgm_exporter_port": 19400, "amd_exporter_port": 15000,
+         "prometheus_port": 19090}
+
+
+def _moved(name: str, **extra) -> Cluster:
+    data = example_data(name)
+    data["metrics"] = {**MOVED, **extra}
+    return compiled(spec_from_data(data))
+
+
+@pytest.mark.parametrize("name", ["staging", "mi355x-800g-roce"])
+def test_each_port_is_the_specs_in_every_file_that_names_it(name, tmp_path) -> None:
+    """Moved ports: the scrape jobs add them, node_exporter's and Prometheus's arguments listen on them, the
+    exporter's drop-in listens on its own; promtool reads the config."""
+    cluster = _moved(name)
+    files = written(cluster, tmp_path)
+    jobs = {j["job_name"]: j for j in yaml.safe_load(files[CONFIG])["scrape_configs"]}
+    ports = {"node": MOVED["node_exporter_port"], "dcgm": MOVED["dcgm_exporter_port"],
+             "amd-gpu": MOVED["amd_exporter_port"]}
+    assert jobs and all(j["relabel_configs"][-1]["replacement"] == f"${{1}}:{ports[n]}" for n, j in jobs.items())
+    assert f'--web.listen-address=:{MOVED["node_exporter_port"]} ' in files[NODE_EXPORTER_ARGS]
+    assert f'ARGS="--web.listen-address=:{MOVED["prometheus_port"]}"' in files[SERVER_ARGS]
+    facts = json.loads(files[EXPORTERS])
+    assert facts["node_exporter"]["port"] == MOVED["node_exporter_port"]
+    assert facts["prometheus"]["port"] == MOVED["prometheus_port"]
+    assert facts["prometheus"]["url"].endswith(f':{MOVED["prometheus_port"]}')
+    nvidia = any(cluster.gpu_vendor(g) == "nvidia" for g in cluster.spec.gpu_groups)
+    assert (DCGM_DROPIN in files) is nvidia
+    if nvidia:
+        assert f'Environment=DCGM_EXPORTER_LISTEN=:{MOVED["dcgm_exporter_port"]}\n' in files[DCGM_DROPIN]
+    res = promtool(tmp_path, "check", "config", CONFIG)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_the_node_exporter_arguments_keep_the_textfile_folder_the_runner_writes() -> None:
+    """Debian's unit takes node_exporter's whole command line from ARGS: the file the role writes names the folder
+    the health runner and the Slurm exporter write to."""
+    args = render_metrics(cluster_example("staging"))[NODE_EXPORTER_ARGS]
+    assert f"--collector.textfile.directory={TEXTFILE_DIR}" in args
+    assert TEXTFILE.startswith(TEXTFILE_DIR + "/")
+
+
+ROLE = Path(__file__).resolve().parent.parent / "roles" / "metrics"
+
+
+def _include(when_of: str) -> list:
+    """The `when` of the role's include of tasks/<when_of>.yml (tasks/main.yml)."""
+    tasks = yaml.safe_load((ROLE / "tasks" / "main.yml").read_text())
+    return next(t for t in tasks if (t.get("ansible.builtin.include_tasks") or "") == f"{when_of}.yml")["when"]
+
+
+def _role_true(conditions: list, variables: dict) -> bool:
+    import jinja2
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters["bool"] = bool
+    return all(env.compile_expression(str(c))(**variables) for c in conditions)
+
+
+@pytest.mark.parametrize("external", [None, "http://prometheus.example.org:9090"], ids=["controller", "external"])
+def test_the_spec_alone_says_where_prometheus_runs(external) -> None:
+    """metrics.external_url unset: the role's server tasks run on the controllers; set: they do not, the files wait
+    on the first controller for the site's server, and no Prometheus arguments are rendered."""
+    data = example_data("staging")
+    data["metrics"] = {"external_url": external} if external else {}
+    cluster = compiled(spec_from_data(data))
+    files = render_metrics(cluster)
+    facts = json.loads(files[EXPORTERS])
+    controllers = [h for g in cluster.spec.groups_with_role("controller") for h in g.hosts]
+    hosts = {h for g in cluster.spec.node_groups for h in g.hosts}
+    groups = {"slurm_controller": controllers}
+    server = {h for h in hosts if _role_true(_include("server"), {"__metrics": facts, "inventory_hostname": h,
+                                                                 "groups": groups})}
+    export = {h for h in hosts if _role_true(_include("external"), {"__metrics": facts, "inventory_hostname": h,
+                                                                   "groups": groups})}
+    assert server == (set() if external else set(controllers))
+    assert export == ({controllers[0]} if external else set())
+    assert (SERVER_ARGS in files) is (external is None)
+    assert facts["prometheus"]["url"] == (external or f"http://{controllers[0]}:9090")
+    config = yaml.safe_load(files[CONFIG])
+    named = {CONFIG, *config["rule_files"], *(f for j in config["scrape_configs"] for c in j["file_sd_configs"]
+                                              for f in c["files"])}
+    assert set(facts["prometheus"]["files"]) == named
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_every_file_the_role_reads_is_rendered(name) -> None:
+    files = render_metrics(cluster_example(name))
+    facts = json.loads(files[EXPORTERS])
+    names = [facts["node_exporter"]["args"], *facts["prometheus"]["files"],
+             *[e["pins"] for e in facts["dcgm_exporter"]["groups"].values()]]
+    names += [n for n in (facts["prometheus"]["args"], facts["dcgm_exporter"]["dropin"]) if n]
+    assert all(n in files for n in names), [n for n in names if n not in files]
+    groups = {g.name for g in cluster_example(name).spec.gpu_groups
+              if cluster_example(name).gpu_vendor(g) == "nvidia"}
+    assert set(facts["dcgm_exporter"]["groups"]) | set(facts["dcgm_exporter"]["skipped"]) == groups
 
 
 # ---- thresholds and classes from the spec ---------------------------------------------------------

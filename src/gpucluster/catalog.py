@@ -240,6 +240,8 @@ class Release(_Part):
     driver: Pin
     fabric_manager: Pin | None = Field(default=None, description="NVIDIA: the driver's exact version")
     dcgm: Pin | None = None
+    dcgm_exporter: Pin | None = Field(default=None, description="NVIDIA: the dcgm-exporter release paired with "
+                                                               "the row's DCGM (the metrics role installs it)")
     runtime: Pin | None = Field(default=None, description="CUDA toolkit or ROCm runtime")
     collective: Pin | None = Field(default=None, description="NCCL or RCCL")
     ofed: dict[Literal["mlnx-ofed", "doca"], Annotated[str, Field(pattern=r"^[0-9][0-9A-Za-z.-]{0,31}$")]] = Field(
@@ -253,7 +255,19 @@ class SkuStack(_Part):
     releases: tuple[Annotated[str, Field(pattern=BRANCH)], ...] = Field(min_length=1, max_length=16)
 
 
-def _nvidia(branch: str, driver: str, dcgm: str, cuda: str, nccl: str, ofed: dict[str, str]) -> Release:
+# dcgm-exporter: NVIDIA's package datacenter-gpu-manager-exporter in the CUDA repository (/usr/bin/dcgm-exporter,
+# /etc/dcgm-exporter/default-counters.csv, the unit nvidia-dcgm-exporter.service: NVIDIA/dcgm-exporter's
+# packaging/ and hack/package/). Each exporter release is built and tested against one DCGM release (its tag
+# <dcgm>-<exporter>; NVIDIA's install guide: run the exporter with the DCGM it is paired with) and its package
+# version is the exporter's alone, so the lock pairs them here. Confirmed in the stored documentation: the tag
+# 4.2.3-4.1.3 (DCGM 4.2.3, the 570 row's) and package versions of the form 4.1.3-1 (the .deb and .rpm file names of
+# that release line). Not confirmed here: the Debian package's exact Depends (a packaging of its RPM declares
+# datacenter-gpu-manager-4-core >= 4, no upper bound, so apt alone would take any newer exporter), an epoch in its
+# Debian version, and an exporter paired with DCGM 4.4.1 (the 580 row) or packaged for DCGM 3 (the 535 row): those
+# rows carry none, and the metrics role records why it skips the exporter there. A site that has checked one adds it
+# in its spec's catalog.releases row.
+def _nvidia(branch: str, driver: str, dcgm: str, cuda: str, nccl: str, ofed: dict[str, str],
+            exporter: str | None = None) -> Release:
     cuda_major = cuda.split(".")[0]
     return Release(
         vendor="nvidia", branch=branch, toolkit=cuda,
@@ -262,6 +276,7 @@ def _nvidia(branch: str, driver: str, dcgm: str, cuda: str, nccl: str, ofed: dic
         fabric_manager=Pin(packages=("nvidia-fabricmanager", "libnvidia-nscq"), version=driver),
         dcgm=Pin(packages=(("datacenter-gpu-manager-4-core", f"datacenter-gpu-manager-4-cuda{cuda_major}")
                            if dcgm.startswith("1:4.") else ("datacenter-gpu-manager",)), version=dcgm),
+        dcgm_exporter=Pin(packages=("datacenter-gpu-manager-exporter",), version=exporter) if exporter else None,
         runtime=Pin(packages=(f"cuda-toolkit-{cuda.replace('.', '-')}",), version=f"{cuda}.*"),
         collective=Pin(packages=("libnccl2", "libnccl-dev"), version=nccl),
         ofed=ofed)
@@ -290,7 +305,7 @@ RELEASES: dict[str, dict[str, Release]] = {
         "535": _nvidia("535", "535.261.03-1", "1:3.3.9", "12.2", "2.21.5-1+cuda12.2",
                        {"mlnx-ofed": "23.10-3.2.2.0", "doca": "2.7.0"}),
         "570": _nvidia("570", "570.172.08-1", "1:4.2.3-1", "12.8", "2.26.5-1+cuda12.8",
-                       {"mlnx-ofed": "24.10-3.2.5.0", "doca": "2.10.0"}),
+                       {"mlnx-ofed": "24.10-3.2.5.0", "doca": "2.10.0"}, exporter="4.1.3-1"),
         "580": _nvidia("580", "580.95.05-1", "1:4.4.1-1", "13.0", "2.28.3-1+cuda13.0", {"doca": "3.1.0"}),
     },
     "amd": {

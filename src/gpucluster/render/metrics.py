@@ -25,13 +25,15 @@ from gpucluster.node.xid import CLASSES, LADDER, XIDS
 from gpucluster.render.dashboards import render_dashboards
 from gpucluster.render.health.config import TEXTFILE_DIR
 from gpucluster.render.templating import environment
+from gpucluster.spec import ports, stacks
 from gpucluster.spec.model import NodeGroup
 
-# The exporters' default ports: node_exporter's (Prometheus's port allocations), dcgm-exporter's (its
-# --address default :9400), and AMD's device-metrics-exporter's (ServerPort 5000 in its docs and container).
-NODE_EXPORTER_PORT = 9100
-DCGM_PORT = 9400
-AMD_EXPORTER_PORT = 5000
+# The ports are the spec's (metrics.*_port; spec/ports.py refuses a clash). Files for the nodes and the controller,
+# rendered from them so the role writes each port once (the metrics role copies them; docs/metrics.md):
+NODE_EXPORTER_ARGS = "prometheus-node-exporter.default"  # /etc/default/prometheus-node-exporter, every node
+SERVER_ARGS = "prometheus.default"  # /etc/default/prometheus, the controller (Prometheus there only)
+DCGM_DROPIN = "prometheus-dcgm-exporter.conf"  # nvidia-dcgm-exporter.service's drop-in, NVIDIA GPU nodes
+EXPORTERS = "prometheus-exporters.json"  # what the role reads: ports, the exporter per group, the server's files
 # Where the health runner writes its metrics for node_exporter's textfile collector (node/promtext.py), read by the
 # rules and alerts: the contract in docs/metrics.md.
 TEXTFILE = f"{TEXTFILE_DIR}/{PROM_FILE}"
@@ -138,10 +140,12 @@ def dcgm_xids(cluster: Cluster) -> list[int]:
 def _jobs(cluster: Cluster) -> list[dict]:
     """The scrape jobs: node_exporter on every node group, each GPU vendor's exporter on its GPU groups."""
     spec = cluster.spec
-    jobs = [{"name": "node", "port": NODE_EXPORTER_PORT, "what": "node_exporter, every node",
+    metrics = spec.metrics
+    jobs = [{"name": "node", "port": metrics.node_exporter_port, "what": "node_exporter, every node",
              "files": [targets_name(g.name) for g in spec.node_groups]}]
-    for name, vendor, port, what in (("dcgm", "nvidia", DCGM_PORT, "NVIDIA's dcgm-exporter, NVIDIA GPU groups"),
-                                     ("amd-gpu", "amd", AMD_EXPORTER_PORT,
+    for name, vendor, port, what in (("dcgm", "nvidia", metrics.dcgm_exporter_port,
+                                      "NVIDIA's dcgm-exporter, NVIDIA GPU groups"),
+                                     ("amd-gpu", "amd", metrics.amd_exporter_port,
                                       "AMD's device-metrics-exporter, AMD GPU groups")):
         files = [targets_name(g.name) for g in spec.gpu_groups if cluster.gpu_vendor(g) == vendor]
         if files:
@@ -195,7 +199,7 @@ def metrics_context(cluster: Cluster) -> dict:
         "link_downed_max": health.link_downed_max,
         "link_checks": "|".join(LINK_CHECKS),
         "textfile": TEXTFILE,
-        "domains": bool(cluster.plan.domains),
+        "domains": False,
         "flap_count": metrics.flap_count,
         "flap_window": f"{metrics.flap_minutes}m",
         **_slurm_context(cluster),
@@ -223,4 +227,65 @@ def render_metrics(cluster: Cluster) -> dict[str, str]:
     out = {name: env.get_template(f"metrics/{name}.j2").render(ctx) for name in (CONFIG, RULES, ALERTS)}
     out |= render_dashboards(cluster)  # the Grafana dashboards: render/dashboards.py
     out |= {targets_name(g.name): targets_text(cluster, g) for g in cluster.spec.node_groups}
+    out |= node_files(cluster, [name for name in out if name in (CONFIG, RULES, ALERTS) or name.startswith(
+        "prometheus-targets.")])
+    return out
+
+
+def exporter_pins_name(group: str) -> str:
+    return f"prometheus-dcgm-exporter.{group}.pref"
+
+
+def dcgm_exporters(cluster: Cluster) -> tuple[dict[str, dict], dict[str, str]]:
+    """({group: {packages: {name: version}, pins: file}} of the NVIDIA GPU groups whose locked release pairs a
+    dcgm-exporter with its DCGM, {group: why not} of the others): the version lock's row (catalog.py), as the
+    group's driver stack resolves it."""
+    spec = cluster.spec
+    found: dict[str, dict] = {}
+    skipped: dict[str, str] = {}
+    for group in spec.gpu_groups:
+        r = stacks.resolve(spec, group)
+        if r.vendor != "nvidia":
+            continue
+        pin = r.release.dcgm_exporter if r.release is not None else None
+        if pin is None:
+            skipped[group.name] = (f"the version lock's row for driver branch {r.branch.value} ({r.source.value}) "
+                                   "pairs no dcgm-exporter with its DCGM: add one in the spec's catalog.releases")
+            continue
+        found[group.name] = {"packages": {p: pin.version for p in pin.packages}, "version": pin.version,
+                             "install": [f"{p}={pin.version}" for p in pin.packages],
+                             "branch": r.branch.value, "dcgm": r.release.dcgm.version if r.release.dcgm else "",
+                             "pins": exporter_pins_name(group.name)}
+    return found, skipped
+
+
+def _controller_url(cluster: Cluster) -> str:
+    """Where the controller's Prometheus answers: the first controller, at the spec's port."""
+    controllers = [g.host(0) for g in cluster.spec.groups_with_role("controller") if g.count]
+    return f"http://{controllers[0]}:{cluster.spec.metrics.prometheus_port}" if controllers else ""
+
+
+def node_files(cluster: Cluster, server_files: list[str]) -> dict[str, str]:
+    """The exporters' and the server's own settings: each port of the spec written once, for the metrics role."""
+    metrics = cluster.spec.metrics
+    env = environment()
+    exporters, skipped = dcgm_exporters(cluster)
+    server = {"on_controller": metrics.on_controller, "port": metrics.prometheus_port,
+              "url": metrics.external_url or _controller_url(cluster), "files": sorted(server_files)}
+    ctx = {"cluster": cluster.name, "metrics": metrics, "textfile_dir": TEXTFILE_DIR,
+           "hostengine": f"localhost:{ports.DCGM_HOSTENGINE_PORT}"}
+    out = {NODE_EXPORTER_ARGS: env.get_template(f"metrics/{NODE_EXPORTER_ARGS}.j2").render(ctx)}
+    if metrics.on_controller:
+        out[SERVER_ARGS] = env.get_template(f"metrics/{SERVER_ARGS}.j2").render(ctx)
+    if exporters or skipped:
+        out[DCGM_DROPIN] = env.get_template(f"metrics/{DCGM_DROPIN}.j2").render(ctx)
+    for group, exporter in exporters.items():
+        out[exporter["pins"]] = env.get_template("metrics/prometheus-dcgm-exporter.pref.j2").render(
+            {**ctx, "group": group, **exporter})
+    out[EXPORTERS] = json.dumps({
+        "node_exporter": {"port": metrics.node_exporter_port, "args": NODE_EXPORTER_ARGS},
+        "dcgm_exporter": {"port": metrics.dcgm_exporter_port, "dropin": DCGM_DROPIN if DCGM_DROPIN in out else "",
+                          "groups": exporters, "skipped": skipped},
+        "prometheus": {**server, "args": SERVER_ARGS if SERVER_ARGS in out else ""},
+    }, indent=1, sort_keys=True) + "\n"
     return out

@@ -613,6 +613,40 @@ class Racks(Strict):
                               description="U at the top of every rack for its management switches; 0: none")
 
 
+def _prometheus_url(value: object) -> object:
+    """An http(s) URL of a Prometheus server: scheme, host, optional port and path, nothing else. No user or
+    password (the spec is committed; the site keeps its credentials in its own configuration), no query or
+    fragment (Prometheus's API paths are appended to it)."""
+    from urllib.parse import urlsplit
+
+    if not isinstance(value, str):
+        return value  # the str type check reports anything else
+    fix = "write http://HOST:PORT or https://HOST[:PORT][/PATH], e.g. http://prometheus.example.org:9090"
+    if not re.fullmatch(r"[\x21-\x7e]{1,2048}", value):
+        raise ValueError(f"not a URL: it is empty, over 2,048 characters, or holds spaces or control characters; {fix}")
+    parts = urlsplit(value)
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"'{value}' has no valid port (1-65535); {fix}") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"'{value}' is not an http or https URL; {fix}")
+    host = parts.hostname or ""
+    if not re.fullmatch(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?|[0-9a-f:.]*:[0-9a-f:.]*", host):
+        raise ValueError(f"'{value}' names no valid host; {fix}")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(f"'{value}' holds a user or password, and the spec is committed; {fix}, and keep the "
+                         "credentials in the site's own configuration")
+    if parts.query or parts.fragment or value.endswith(("?", "#")):
+        raise ValueError(f"'{value}' has a query or fragment, which Prometheus's API paths cannot follow; {fix}")
+    if port == 0:
+        raise ValueError(f"'{value}' has no valid port (1-65535); {fix}")
+    return value.rstrip("/")
+
+
+PrometheusUrl = Annotated[str, StringConstraints(max_length=2048), BeforeValidator(_prometheus_url)]
+
+
 class Metrics(Strict):
     """Prometheus's scrape config, rules and alerts, and a Grafana dashboard, by topology unit (docs/metrics.md)."""
 
@@ -646,6 +680,31 @@ class Metrics(Strict):
     backfill_cycle_seconds: Num = Field(default=20.0, gt=0, le=3600,
                                         description="seconds of a backfill cycle (sdiag's last cycle) over which "
                                                     "the scheduler alert fires, when every cycle is that long")
+    # The ports: each exporter's own default (node_exporter's and dcgm-exporter's registered ports, AMD's
+    # device-metrics-exporter's ServerPort) and Prometheus's. 1024 and up: below it a daemon needs root or
+    # CAP_NET_BIND_SERVICE, and Debian runs node_exporter and Prometheus as the prometheus user. spec/ports.py
+    # refuses one that another metrics port or a port the cluster already uses holds.
+    node_exporter_port: Int = Field(default=9100, ge=1024, le=65535,
+                                    description="node_exporter's listen port on every node")
+    dcgm_exporter_port: Int = Field(default=9400, ge=1024, le=65535,
+                                    description="dcgm-exporter's listen port on the NVIDIA GPU nodes")
+    amd_exporter_port: Int = Field(default=5000, ge=1024, le=65535,
+                                   description="the port the amd-gpu job scrapes: AMD device-metrics-exporter's "
+                                               "ServerPort, which the site sets to match")
+    prometheus_port: Int = Field(default=9090, ge=1024, le=65535,
+                                 description="Prometheus's listen port on the controller (unused with external_url)")
+    # One field, not a mode and a URL: `prometheus: external` without a URL, or a URL with `prometheus: controller`,
+    # would be two more states to refuse. Unset, the metrics role runs Prometheus on the controller; set, the site's
+    # own server at this address scrapes the nodes, and the role installs only the exporters and leaves the rendered
+    # scrape config, targets and rules on the controller for the operator to copy there.
+    external_url: PrometheusUrl | None = Field(
+        default=None, description="the site's own Prometheus (http[s]://host[:port][/path]); unset: Prometheus on "
+                                  "the controller")
+
+    @property
+    def on_controller(self) -> bool:
+        """Whether the metrics role runs Prometheus on the controller (no external server named)."""
+        return self.external_url is None
 
 
 class ClusterSpec(Strict):

@@ -11,7 +11,7 @@ from typing import Any
 from gpucluster import slurmkeys
 from gpucluster.errors import Finding, did_you_mean, shown
 from gpucluster.fields import HOST_LABEL, MAX_ALL_NODES, SLURM_MAX_CPUS, SLURM_MAX_NODES
-from gpucluster.spec import jobcontainers, stacks
+from gpucluster.spec import jobcontainers, ports, stacks
 from gpucluster.spec.effects import no_effect
 from gpucluster.spec.model import ClusterSpec, NodeGroup
 from gpucluster.spec.slurm_topology import tree_rules
@@ -69,6 +69,7 @@ def rule_units(spec: ClusterSpec) -> list[Unit]:
                                                 _host_arch)]
     units.append(partial(stacks.check, spec))  # the drivers: and health: sections
     units.append(partial(jobcontainers.check, spec))  # the containers: sections
+    units.append(partial(ports.check, spec))  # the metrics ports against the cluster's (spec/ports.py)
     units.append(partial(no_effect, spec))  # settings that change nothing where they are written
     return units + _storage_units(spec)
 
