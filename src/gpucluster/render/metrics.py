@@ -199,7 +199,7 @@ def metrics_context(cluster: Cluster) -> dict:
         "link_downed_max": health.link_downed_max,
         "link_checks": "|".join(LINK_CHECKS),
         "textfile": TEXTFILE,
-        "domains": False,
+        "domains": bool(cluster.plan.domains),
         "flap_count": metrics.flap_count,
         "flap_window": f"{metrics.flap_minutes}m",
         **_slurm_context(cluster),
