@@ -1,7 +1,7 @@
 """An NVLink domain degrades as a unit, on real daemons: the emulator (slurmctld and one `slurmd -N` per tray, Slurm
-22.05 from the host's packages) with two GB200 NVL72 racks, 36 trays, as the GB200 example plans them (domains
-nvl0001 and nvl0002, their trays from the plan through the rendered guard config), the guard's run as its timer
-makes it (node/domainguard.py, in-process and, at the end, as the script the timer runs).
+22.05 from the host's packages and 26.05 from its Debian root) with two GB200 NVL72 racks, 36 trays, as the GB200
+example plans them (domains nvl0001 and nvl0002, their trays from the plan through the rendered guard config), the
+guard's run as its timer makes it (node/domainguard.py, in-process and, at the end, as the script the timer runs).
 
 1. One tray of nvl0001 out of service (its nvlink-fabric check drained it): the guard leaves the domain alone, and a
    small job sent to nvl0001 runs there.
@@ -45,11 +45,12 @@ def _plan():
     return compiled(spec_from_data(data))
 
 
-@pytest.fixture(scope="module")
-def cluster():
+@pytest.fixture(scope="module", params=["22.05", "26.05"])
+def cluster(request):
     from conftest import need_slurm_line
 
-    need_slurm_line("22.05")
+    line = request.param
+    need_slurm_line(line)
     plan = _plan()
     config = domainconf.guard_config(plan)
     trays = [t for d in config["domains"] for t in d["trays"]]
@@ -59,12 +60,12 @@ def cluster():
     (base / "conf" / "slurm.conf").write_text(health_slurm_conf("domains", config["groups"]["gb200"]))
     t0 = time.monotonic()
     try:
-        with SlurmCluster(base / "conf", slurmd_nodes=trays, line="22.05", start_timeout=120) as c:
+        with SlurmCluster(base / "conf", slurmd_nodes=trays, line=line, start_timeout=120) as c:
             c.session_env = root_scontrol_env(c, base / "bin")
             c.guard = {**config, "env": c.session_env}
             c.domains = {d["name"]: d["trays"] for d in config["domains"]}
             c.base = base
-            print(f"\nSlurm 22.05, {len(trays)} trays: started in {time.monotonic() - t0:.1f} s")
+            print(f"\nSlurm {line}, {len(trays)} trays: started in {time.monotonic() - t0:.1f} s")
             yield c
     finally:
         print(f"the file's cluster {time.monotonic() - t0:.1f} s")
