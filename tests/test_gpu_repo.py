@@ -140,21 +140,22 @@ def _stanzas(stack: dict) -> list[dict[str, str]]:
     return out
 
 
-def _build_repo(root: Path, stanzas: list[dict[str, str]]) -> Path:
-    """Empty .debs made with dpkg-deb and a Packages index over them (what dpkg-scanpackages writes)."""
-    repo = root / "repo"
+def _build_repo(root: Path, stanzas: list[dict[str, str]], arch: str = "all", repo: Path | None = None) -> Path:
+    """Empty .debs made with dpkg-deb and a Packages index over them (what dpkg-scanpackages writes), in `repo`
+    (default root/repo); `arch`: their Architecture (tests/test_arm64_repo.py builds arm64 ones)."""
+    repo = repo or root / "repo"
     repo.mkdir(parents=True)
     index = []
     for st in stanzas:
-        build = root / "build" / f"{st['Package']}_{st['Version']}"
+        build = root / "build" / f"{st['Package']}_{st['Version']}_{arch}"
         (build / "DEBIAN").mkdir(parents=True)
-        fields = {"Package": st["Package"], "Version": st["Version"], "Architecture": "all",
+        fields = {"Package": st["Package"], "Version": st["Version"], "Architecture": arch,
                   "Maintainer": "gpucluster test <stand-in@example.invalid>",
                   **{k: v for k, v in st.items() if k not in ("Package", "Version") and v},
                   "Description": "stand-in of NVIDIA's package of this name (tests/test_gpu_repo.py)"}
         control = "".join(f"{k}: {v}\n" for k, v in fields.items())
         (build / "DEBIAN" / "control").write_text(control)
-        deb = repo / f"{st['Package']}_{st['Version'].replace(':', '%3a')}_all.deb"
+        deb = repo / f"{st['Package']}_{st['Version'].replace(':', '%3a')}_{arch}.deb"
         subprocess.run(["dpkg-deb", "-Zgzip", "-b", str(build), str(deb)], check=True, capture_output=True)
         data = deb.read_bytes()
         index.append(control + f"Filename: ./{deb.name}\nSize: {len(data)}\n"
@@ -164,27 +165,37 @@ def _build_repo(root: Path, stanzas: list[dict[str, str]]) -> Path:
 
 
 class Apt:
-    """apt-get and apt-cache on a private configuration: nothing of the host's apt state is read or written."""
+    """apt-get and apt-cache on a private configuration: nothing of the host's apt state is read or written.
+    `arch`: apt's native architecture (APT::Architecture); one dpkg cannot run (arm64 here) is added to the private
+    dpkg database as a foreign one, so a real install unpacks it. `sources`: deb822 text instead of the one
+    trusted file: line for `repo`."""
 
-    def __init__(self, root: Path, repo: Path) -> None:
+    def __init__(self, root: Path, repo: Path, arch: str = "amd64", sources: str = "") -> None:
         self.root = root
         etc = root / "etc"
         # dpkg's database inside a target root: a real install (apt-get without -s) unpacks there, as any user
         # (dpkg --root --force-not-root; the stand-ins have no maintainer scripts).
         self.admindir = root / "target" / "var" / "lib" / "dpkg"
-        for d in ("etc/preferences.d", "etc/apt.conf.d", "state/lists/partial", "cache/archives/partial", "log"):
+        for d in ("etc/preferences.d", "etc/apt.conf.d", "etc/sources.list.d", "state/lists/partial",
+                  "cache/archives/partial", "log"):
             (root / d).mkdir(parents=True, exist_ok=True)
         for d in ("info", "updates"):
             (self.admindir / d).mkdir(parents=True, exist_ok=True)
         (self.admindir / "status").write_text("")
-        (etc / "sources.list").write_text(f"deb [trusted=yes] file:{repo} ./\n")
+        (etc / "sources.list").write_text("" if sources else f"deb [trusted=yes] file:{repo} ./\n")
+        if sources:
+            (etc / "sources.list.d" / "gpucluster.sources").write_text(sources)
+        native = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True).stdout.strip()
+        if arch != native:
+            subprocess.run(["dpkg", f"--admindir={self.admindir}", "--add-architecture", arch], check=True)
         self.conf = root / "apt.conf"
         self.conf.write_text("".join(f'{k} "{v}";\n' for k, v in {
-            "Dir::Etc::sourcelist": etc / "sources.list", "Dir::Etc::sourceparts": etc / "none",
+            "Dir::Etc::sourcelist": etc / "sources.list", "Dir::Etc::sourceparts": etc / "sources.list.d",
             "Dir::Etc::preferences": etc / "preferences", "Dir::Etc::preferencesparts": etc / "preferences.d",
             "Dir::Etc::parts": etc / "apt.conf.d", "Dir::State": root / "state",
             "Dir::State::status": self.admindir / "status", "Dir::Cache": root / "cache",
-            "Dir::Log": root / "log", "Debug::NoLocking": "true", "APT::Architecture": "amd64",
+            "Dir::Log": root / "log", "Debug::NoLocking": "true", "APT::Architecture": arch,
+            "APT::Architectures": arch,
             "APT::Sandbox::User": "root" if os.geteuid() == 0 else os.environ.get("USER", ""),
         }.items()) + "DPkg::Options {" + " ".join(f'"{o}";' for o in (
             f"--root={root / 'target'}", f"--admindir={self.admindir}", "--force-not-root",
@@ -262,10 +273,10 @@ def role_eval(expr, variables: dict):
 
 def role_variables(stack: dict, release: int = 12) -> dict:
     """The role's vars (vars/Debian.yml, then vars/Debian-<release>.yml), its defaults, and this host's stack
-    as preflight sets it."""
+    as preflight sets it, on an x86_64 host (an H100 server; tests/test_arm64_repo.py has the arm64 trays)."""
     extra = ROLE / "vars" / f"Debian-{release}.yml"
     variables = {**DEFAULTS, **ROLE_VARS, **(yaml.safe_load(extra.read_text()) if extra.exists() else {}),
-                 "gpucluster_state_dir": _state_dir()}
+                 "gpucluster_state_dir": _state_dir(), "ansible_facts": {"architecture": "x86_64"}}
     preflight = _task(ROLE / "tasks" / "preflight.yml",
                       lambda t: "__nvidia_gpu_stack" in (t.get("ansible.builtin.set_fact") or {}))
     expr = preflight["ansible.builtin.set_fact"]["__nvidia_gpu_stack"]

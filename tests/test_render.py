@@ -35,7 +35,7 @@ from gpucluster.errors import UsageError
 from gpucluster.outputs import MANIFEST
 from gpucluster.render import render_all, write_outputs
 from gpucluster.render.slurm import scale_for
-from gpucluster.render.topology import slurm_switches
+from gpucluster.render.topology import block_members, slurm_switches
 from gpucluster.spec.model import ClusterSpec
 
 # example -> include cabling.csv (2 MB for Meta: not kept). colossus-200k: several node groups (h100, h200).
@@ -148,8 +148,16 @@ def test_partitions_expand_to_their_groups(name):
 
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_topology_conf_is_the_planned_tree(name):
-    """Every SwitchName line is a planned switch; node and switch hostlists expand to exactly the plan's."""
+    """Every SwitchName line is a planned switch; node and switch hostlists expand to exactly the plan's. An
+    example on topology/block (GB200/GB300: a block per NVLink domain) has the planned blocks instead."""
     spec, plan = loaded_example(name)[0].spec, loaded_example(name)[1]
+    if spec.slurm.topology == "block":
+        blocks = records(rendered(name)["topology.conf"], "BlockName")
+        assert [b["BlockName"] for b in blocks] == [m.name for m in block_members(plan)]
+        members = [h for b in blocks for h in expand(b["Nodes"])]
+        assert sorted(members) == sorted(h for g in spec.fabric_groups for h in g.hosts)
+        assert len(members) == len(set(members))
+        return
     lines = records(rendered(name)["topology.conf"], "SwitchName")
     assert [r["SwitchName"] for r in lines] == [s.name for s in slurm_switches(plan)]
     names = {s.name for s in slurm_switches(plan)}
@@ -204,7 +212,7 @@ def test_scale_settings_follow_the_node_count(name):
     assert int(p["SlurmdTimeout"]) >= 120
     assert p["GresTypes"] == "gpu"
     assert p["SelectType"] == "select/cons_tres"
-    assert p["TopologyPlugin"] == "topology/tree"
+    assert p["TopologyPlugin"] == f"topology/{spec.slurm.topology}"
     assert p["ClusterName"] == spec.name
     assert scale_for(n).tree_width == width
 

@@ -89,9 +89,9 @@ class Running:
 
 
 def compile_case(case: Case) -> Cluster:
-    """The example at the case's release; block cases switch the topology in memory (the spec on disk
-    says tree)."""
-    if case.kind == "tree" and case.merge == 1:
+    """The example at the case's release, on the case's topology: the spec on disk where it says that one, else
+    switched in memory (most examples say tree; the GB200/GB300 ones say block)."""
+    if case.kind == example_data(case.example)["slurm"].get("topology", "tree") and case.merge == 1:
         return load_cluster(example_path(case.example), slurm_version=case.render)
     data = example_data(case.example)
     data["slurm"].update(version=case.render, topology=case.kind, tree_merge_leaves=case.merge)

@@ -16,6 +16,8 @@ a role installs. Nothing is rendered here. The filters run on the Ansible contro
   gpucluster_health(state_dir)                     paths; the rendered file or node script that goes where
   gpucluster_for_release(stack, release)           the stack with the vendor repository of the host's Debian release
   gpucluster_release_refusal(stack, release)       '' or why this Debian release cannot take the stack (preflight)
+  gpucluster_for_arch(stack, architecture)         the stack with the lock's repositories for the node's architecture
+  gpucluster_arch_refusal(stack)                   '' or why this host's architecture cannot take the stack (preflight)
   gpucluster_nvidia_packages(stack, parts, names, headless)  {package: version} under the repository's names
   gpucluster_branch_lock(stack, closure)           apt preferences that keep the driver's whole closure on one version
 
@@ -252,6 +254,46 @@ def _release_key(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", str(text))) or (0,)
 
 
+# ---------------------------------------------------------------- the host's architecture (docs/drivers.md, arm64)
+
+# ansible_facts['architecture'] (the kernel's machine name) -> the lock's architecture (catalog host_arch).
+LOCK_ARCH = {"x86_64": "x86_64", "aarch64": "arm64"}
+
+
+def for_arch(stack: dict, architecture: str) -> dict:
+    """The stack with the lock's repositories for the node's architecture fact (aarch64: NVIDIA's sbsa tree), and
+    `arch`, the lock's name for it ('' where the lock has none). A stack compiled without per-architecture
+    repositories is left as it is; an architecture the lock has no repository for keeps the GPU's own, and
+    gpucluster_arch_refusal says why it cannot install."""
+    stack = _plain(stack or {})
+    arch = LOCK_ARCH.get(str(architecture or ""), "")
+    stack["arch"] = arch
+    stack["fact_arch"] = str(architecture or "")
+    by_arch = stack.get("arch_repositories")
+    if by_arch is not None and arch in by_arch:
+        stack["repositories"] = by_arch[arch]
+    return stack
+
+
+def arch_refusal(stack: dict) -> str:
+    """'' when the host's architecture (for_arch) can take the stack, else why not and what to change (preflight,
+    where a GPU is present): a host of another architecture than its GPU's trays (a GB200 group's host reporting
+    x86_64: an inventory that puts the host in the wrong group), or one the lock has no repository for."""
+    stack = stack or {}
+    if "arch_repositories" not in stack or not stack.get("vendor"):
+        return ""
+    group, gpu, fact = stack.get("group", "?"), stack.get("gpu", "?"), stack.get("fact_arch") or "?"
+    want = stack.get("host_arch", "x86_64")
+    if stack.get("arch") != want:
+        return (f"node group '{group}' has {gpu} GPUs, whose hosts are {want} (the catalog's host_arch), and this "
+                f"host reports {fact}: put the host in a group of its own hardware (gpucluster inventory), or give "
+                f"the GPU the host_arch it is built with in the spec's catalog")
+    if stack["arch"] not in stack["arch_repositories"]:
+        return (f"node group '{group}' takes {gpu} drivers from {stack.get('source')}, for which the version lock "
+                f"has no {stack['arch']} repository: use x86_64 hosts for it, or drivers source: debian")
+    return ""
+
+
 def nvidia_packages(stack: dict, parts: list[str], names: dict, headless: bool = True) -> dict[str, str]:
     """{package: version} the nvidia_gpu role installs and holds, under the names NVIDIA's repository uses:
     the compute-only driver (nvidia-driver-cuda: no X server) on headless nodes, and Fabric Manager / NSCQ with
@@ -305,6 +347,8 @@ class FilterModule:
             "gpucluster_health": health,
             "gpucluster_for_release": for_release,
             "gpucluster_release_refusal": release_refusal,
+            "gpucluster_for_arch": for_arch,
+            "gpucluster_arch_refusal": arch_refusal,
             "gpucluster_nvidia_packages": nvidia_packages,
             "gpucluster_branch_lock": branch_lock,
         }

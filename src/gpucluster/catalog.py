@@ -401,6 +401,24 @@ REPOSITORIES: dict[str, tuple[Repository, ...]] = {
                              "repo/mlnx_ofed/latest/RPM-GPG-KEY-Mellanox"),),
 }
 
+# The same vendor repositories for arm64 hosts (Grace: GB200/GB300 compute trays). NVIDIA's CUDA repository keeps
+# one tree per architecture, debian12/sbsa/ beside debian12/x86_64/ (the CUDA installation guide's x86_64 and
+# arm64-sbsa targets), signed with the same debian12 key (3bf863cc, NVIDIA/cuda-repo-management's key table), and
+# carries the arm64 builds of the driver, DCGM, CUDA, NCCL and IMEX under the same package names and the same
+# versions as x86_64 (NVIDIA/DCGM#10 and #117: DCGM's arm64 packages are published in the sbsa trees; Azure/aks-gpu
+# #170: nvidia-imex for arm64 ships only in the CUDA repository; Azure/azhpc-images#561: IMEX on aarch64 at the
+# driver's own version). So a row of the lock pins both architectures; only the path differs. ROCm and the OFED
+# repositories of the lock are x86_64 builds: no arm64 entry (spec/rules.py refuses them on arm64 groups).
+REPOSITORIES_ARM64: dict[str, tuple[Repository, ...]] = {
+    "cuda-repo": (Repository(name="gpucluster-cuda", uri="https://developer.download.nvidia.com/compute/cuda/repos/"
+                             "debian12/sbsa/", suites=("/",), key="https://developer.download.nvidia.com/compute/"
+                             "cuda/repos/debian12/sbsa/3bf863cc.pub"),),
+}
+# The lock's repositories per host architecture (GpuModel.host_arch; the roles map the node's fact onto it:
+# aarch64 -> arm64).
+REPOSITORIES_BY_ARCH: dict[str, dict[str, tuple[Repository, ...]]] = {"x86_64": REPOSITORIES,
+                                                                      "arm64": REPOSITORIES_ARM64}
+
 # What each OFED kind installs (the DOCA-host 'doca-ofed' profile; MLNX_OFED's full user space and modules).
 OFED_PACKAGES: dict[str, tuple[str, ...]] = {
     "doca": ("doca-ofed",),

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import difflib
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Any
 
 from gpucluster import slurmkeys
+from gpucluster.catalog import REPOSITORIES_BY_ARCH
 from gpucluster.errors import Finding, did_you_mean, shown
 from gpucluster.fields import HOST_LABEL, MAX_ALL_NODES, SLURM_MAX_CPUS, SLURM_MAX_NODES
 from gpucluster.spec import jobcontainers, ports, stacks
@@ -371,20 +373,36 @@ def _imex(spec: ClusterSpec) -> Iterator[Finding]:
                       "nvlink-imex", level="warning")
 
 
+# Grace superchips (GH200, GB200, GB300): their trays' CPUs are Grace (Arm Neoverse V2), so arm64 hosts only.
+_GRACE = re.compile(r"\bG[BH]\d{3}\b", re.IGNORECASE)
+
+
 def _host_arch(spec: ClusterSpec) -> Iterator[Finding]:
-    """Grace-based trays (GB200/GB300) are arm64; the lock's CUDA repository (catalog.REPOSITORIES) is the
-    x86_64 one, so the roles would configure a repository whose packages cannot install there. A warning,
-    not an error: planning, Slurm and the fabric are right; only the driver install is not ready."""
+    """What an arm64 node group can install. The lock has NVIDIA's sbsa repository beside the x86_64 one
+    (catalog.REPOSITORIES_BY_ARCH), and the roles take the tree of the node's architecture fact; refused here is what
+    has no arm64 path, and a Grace part declared x86_64 (the roles would refuse every one of its hosts)."""
     for i, g in enumerate(spec.node_groups):
         model = spec.parts.gpus.get(g.gpu or "")
-        if model is None or not g.gpus_per_node or model.host_arch == "x86_64":
+        if model is None or not g.gpus_per_node:
             continue
-        source = (spec.drivers.groups.get(g.name) or spec.drivers).source or spec.drivers.source
-        if source in (None, "cuda-repo", "rocm-repo", "local-mirror"):
-            yield Finding(("node_groups", i, "gpu"), f"{g.gpu} nodes are {model.host_arch}, but the version lock's "
-                          "vendor repository is the x86_64 one; the driver roles cannot install there yet",
-                          "install the drivers with your vendor's arm64 (sbsa) images until the lock has an arm64 "
-                          "repository", "host-arch", level="warning")
+        if model.host_arch != "arm64":
+            if _GRACE.search(model.name) or _GRACE.search(g.gpu or ""):
+                at = ("catalog", "gpus", g.gpu) if g.gpu in spec.catalog.gpus else ("node_groups", i, "gpu")
+                yield Finding(at + (("host_arch",) if at[0] == "catalog" else ()),
+                              f"{g.gpu} ({model.name}) is a Grace part, whose trays are arm64, declared "
+                              f"{model.host_arch} for group '{g.name}'", "set host_arch: arm64 (or drop it from the "
+                              "spec's catalog entry: the built-in GB200 and GB300 are arm64)", "host-arch")
+            continue
+        r = stacks.resolve(spec, g)
+        if r.source.value in ("cuda-repo", "rocm-repo", "local-mirror") and r.vendor is not None \
+                and stacks.VENDOR_REPO[r.vendor] not in REPOSITORIES_BY_ARCH["arm64"]:
+            yield Finding(r.source.path or ("node_groups", i, "gpu"), f"group '{g.name}' is arm64 ({g.gpu}), and "
+                          f"the version lock has no arm64 build of {stacks.VENDOR_REPO[r.vendor]}",
+                          "use x86_64 hosts for it, or drivers source: debian", "host-arch")
+        if g in spec.fabric_groups and r.ofed.value != "inbox":
+            yield Finding(r.ofed.path or ("drivers", "ofed"), f"group '{g.name}' is arm64 ({g.gpu}), and the version "
+                          f"lock's {stacks.OFED_NAMES[r.ofed.value]} repository is the x86_64 build",
+                          f"use ofed: inbox for group '{g.name}' (drivers.groups.{g.name}.ofed)", "host-arch")
 
 
 def _storage_units(spec: ClusterSpec) -> list[Unit]:

@@ -17,7 +17,7 @@ from gpucluster.catalog import (
     DEBIAN_RELEASES,
     OFED_DEFAULT,
     OFED_PACKAGES,
-    REPOSITORIES,
+    REPOSITORIES_BY_ARCH,
     Release,
     Repository,
 )
@@ -224,11 +224,8 @@ def _mirrored(url: str, mirror: str | None) -> str:
     return mirror.rstrip("/") + parts.path + (f"?{parts.query}" if parts.query else "")
 
 
-def _repositories(kind: str, release: str, mirror: str | None) -> list[dict]:
-    out = []
-    for repo in REPOSITORIES[kind]:
-        out.append(_repo(repo, release, mirror))
-    return out
+def _repositories(kind: str, release: str, mirror: str | None, arch: str = "x86_64") -> list[dict]:
+    return [_repo(repo, release, mirror) for repo in REPOSITORIES_BY_ARCH[arch].get(kind, ())]
 
 
 def _repo(repo: Repository, release: str, mirror: str | None) -> dict:
@@ -259,15 +256,23 @@ def driver_stack(spec: ClusterSpec, group_name: str) -> dict:
     release = r.release
     source = r.source.value
     mirror = spec.drivers.mirror if source == "local-mirror" or spec.drivers.source == "local-mirror" else None
-    repos: list[dict] = []
+    # The lock's repositories for each host architecture it has them for; the role takes the one of the node's
+    # architecture fact (gpucluster_for_arch), the rendered sources show the GPU's own (catalog host_arch).
+    arches: dict[str, list[dict]] = {}
     if r.vendor is not None and release is not None:
         if source == "debian":
-            # The node's own Debian mirror (the role reads it from the node's apt sources), non-free added.
-            repos = [{"name": f"gpucluster-{r.vendor}-debian", "uri": "", "suites": ["bookworm", "bookworm-updates"],
-                      "components": ["non-free", "non-free-firmware"],
-                      "key": "/usr/share/keyrings/debian-archive-keyring.gpg", "probe": ""}]
+            # The node's own Debian mirror (the role reads it from the node's apt sources), non-free added; one
+            # archive for every architecture.
+            debian = [{"name": f"gpucluster-{r.vendor}-debian", "uri": "", "suites": ["bookworm", "bookworm-updates"],
+                       "components": ["non-free", "non-free-firmware"],
+                       "key": "/usr/share/keyrings/debian-archive-keyring.gpg", "probe": ""}]
+            arches = {arch: debian for arch in REPOSITORIES_BY_ARCH}
         else:
-            repos = _repositories(VENDOR_REPO[r.vendor], release.branch, mirror)
+            arches = {arch: repos for arch in REPOSITORIES_BY_ARCH
+                      if (repos := _repositories(VENDOR_REPO[r.vendor], release.branch, mirror, arch))}
+    model = spec.parts.gpus.get(group.gpu or "") if r.vendor else None
+    host_arch = model.host_arch if model else "x86_64"
+    repos = arches.get(host_arch, [])
     on_fabric = group in spec.fabric_groups
     kind = r.ofed.value if on_fabric else "inbox"
     ofed: dict = {"kind": kind, "version": "", "packages": [], "repositories": []}
@@ -288,7 +293,9 @@ def driver_stack(spec: ClusterSpec, group_name: str) -> dict:
         "source": source,
         "branch": r.branch.value,
         "toolkit": release.toolkit if release else "",
+        "host_arch": host_arch,
         "repositories": repos,
+        "arch_repositories": arches,
         "pins": pins,
         "fabric_manager": fm,
         "dcgm": "dcgm" in pins,
