@@ -4,6 +4,7 @@ Prints and writes, never asserts.
 
     .venv/bin/python bench/slurm_metrics.py                       # -> bench/slurm-metrics.json
     .venv/bin/python bench/slurm_metrics.py --lines 22.05 --sizes 512 4096 --runs 3 --json /tmp/x.json
+    .venv/bin/python bench/slurm_metrics.py --before REV     # also the program as it was at REV, same clusters
 
 The exporter: a controller-only emulated cluster (gpucluster.emulate; no slurmd) of SIZE nodes State=CLOUD, shown
 with PrivateData=cloud, 1 % of them drained with a reason, and a held job array of 1,000 tasks (squeue --array lists
@@ -96,10 +97,10 @@ def ctld_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one_run(env: dict, out: Path, plan: Path, ctld: int) -> tuple[float, float, float, dict]:
+def one_run(env: dict, out: Path, plan: Path, ctld: int, script: Path = SCRIPT) -> tuple[float, float, float, dict]:
     before = ctld_cpu(ctld)
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-I", str(SCRIPT), "--output", str(out), "--plan", str(plan),
+    proc = subprocess.Popen([sys.executable, "-I", str(script), "--output", str(out), "--plan", str(plan),
                              "--timeout", "60"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _pid, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
@@ -116,7 +117,7 @@ def one_run(env: dict, out: Path, plan: Path, ctld: int) -> tuple[float, float, 
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, sources
 
 
-def exporter_figures(line: str, size: int, runs: int, work: Path) -> dict:
+def exporter_figures(line: str, size: int, runs: int, work: Path, before: Path | None = None) -> dict:
     from gpucluster.emulate import SlurmCluster
     from gpucluster.node import slurmmetrics as sm
 
@@ -138,6 +139,7 @@ def exporter_figures(line: str, size: int, runs: int, work: Path) -> dict:
         out = base / "gpucluster_slurm.prom"
         one_run(env, out, base / "plan.json", c.ctld_pid)  # warm-up
         rows = [one_run(env, out, base / "plan.json", c.ctld_pid) for _ in range(runs)]
+        old = [one_run(env, out, base / "plan.json", c.ctld_pid, before)[:3] for _ in range(runs)] if before else []
         c.cancel_all()
     walls, cpus, peaks, sources = zip(*rows, strict=True)
     parse = []
@@ -151,6 +153,11 @@ def exporter_figures(line: str, size: int, runs: int, work: Path) -> dict:
            "pending_jobs": int(sources[0].pop("pending_jobs")), "node_json_parse_s": spread(parse),
            "slurmctld_cpu_s": spread([s.pop("slurmctld_cpu") for s in sources]),
            "source_s": {k: spread([s[k] for s in sources]) for k in sources[0]}}
+    if old:  # the program of --before REV, in the same cluster, right after
+        got["before"] = {k: spread([r[i] for r in old], 4 if i < 2 else 1)
+                         for i, k in enumerate(("wall_s", "cpu_s", "peak_mb"))}
+        print(f"  before: {got['before']['wall_s']['median']:.3f} s wall, {got['before']['cpu_s']['median']:.3f} s "
+              f"CPU, peak {got['before']['peak_mb']['median']:.0f} MB")
     print(f"Slurm {line}, {size} nodes: {got['wall_s']['median']:.3f} s wall (min {got['wall_s']['min']:.3f}, "
           f"max {got['wall_s']['max']:.3f}), {got['cpu_s']['median']:.3f} s CPU, "
           f"peak {got['peak_mb']['median']:.0f} MB; nodes "
@@ -168,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", nargs="*", type=int, default=list(SIZES))
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--json", default=str(ROOT / "bench" / "slurm-metrics.json"))
+    ap.add_argument("--before", metavar="REV", help="also run the program as it was at REV, in the same clusters")
     args = ap.parse_args(argv)
     rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
                          check=False).stdout.strip()
@@ -176,9 +184,15 @@ def main(argv: list[str] | None = None) -> int:
                                  "load_before": [round(x, 2) for x in os.getloadavg()]},
                      "render": render_figures(max(args.runs, 7)), "exporter": {}}
     work = Path(tempfile.mkdtemp(prefix="gpc-slurm-metrics-"))
+    before = None
+    if args.before:
+        before = work / "slurmmetrics-before.py"
+        before.write_text(subprocess.run(["git", "-C", str(ROOT), "show", f"{args.before}:{SCRIPT.relative_to(ROOT)}"],
+                                         capture_output=True, text=True, check=True).stdout)
+        figures["before"] = args.before
     try:
         for line in args.lines:
-            figures["exporter"][line] = {str(size): exporter_figures(line, size, args.runs, work)
+            figures["exporter"][line] = {str(size): exporter_figures(line, size, args.runs, work, before)
                                          for size in args.sizes}
     finally:
         shutil.rmtree(work, ignore_errors=True)
