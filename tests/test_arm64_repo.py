@@ -249,6 +249,18 @@ def test_preflight_refuses_a_host_of_another_architecture(example: str, architec
             message
 
 
+def test_preflight_refuses_an_architecture_the_lock_has_no_repository_for() -> None:
+    """A stack whose source the lock has no arm64 build of (the spec refuses it first: ROCm on arm64), on an
+    aarch64 host of its own architecture: refused, naming the source."""
+    variables = role_variables("gb200-superpod", "aarch64")
+    stack = {**variables["__nvidia_gpu_stack"], "source": "rocm-repo"}
+    stack["arch_repositories"] = {"x86_64": stack["arch_repositories"]["x86_64"]}
+    task = _task(ROLE / "tasks" / "main.yml", lambda t: "gpucluster_arch_refusal" in str(t.get("vars")))
+    refusal = role_eval(task["vars"]["__nvidia_gpu_arch_refusal"], {**variables, "__nvidia_gpu_stack": stack})
+    assert refusal == ("node group 'gb200' takes gb200 drivers from rocm-repo, for which the version lock has no "
+                       "arm64 repository: use x86_64 hosts for it, or drivers source: debian")
+
+
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_the_locked_closure_installs_for_arm64_and_the_pins_survive_a_dist_upgrade(tmp_path: Path, served: Path,
                                                                                    example: str) -> None:
@@ -337,3 +349,16 @@ def test_an_arm64_group_with_an_x86_64_only_ofed_is_refused(write_spec) -> None:
     (f,) = _findings(write_spec, text)
     assert (f.level, f.line, f.field) == ("error", line_of(text, "  ofed: doca"), "drivers.ofed")
     assert "DOCA-host repository is the x86_64 build" in f.message and "ofed: inbox" in f.fix
+
+
+def test_an_arm64_group_on_a_source_without_an_arm64_build_is_refused(write_spec) -> None:
+    """An AMD GPU the spec's catalog declares arm64: the lock's ROCm repositories are x86_64 builds."""
+    text = example_text("frontier-mi250x-roce") + (
+        "catalog:\n  gpus:\n    mi250x:\n      vendor: amd\n      name: AMD Instinct MI250X (GCD)\n"
+        "      memory_gb: 64\n      slurm_type: mi250x\n      allowed_per_node: [2, 4, 6, 8]\n"
+        "      devices_per_card: 2\n      host_arch: arm64\n      rack_units: 2\n")
+    found = _findings(write_spec, text)
+    assert [(f.level, f.field) for f in found if "rocm-repo" in f.message] == [
+        ("error", f"node_groups[{i}].gpu") for i, g in enumerate(yaml.safe_load(text)["node_groups"])
+        if g.get("gpu") == "mi250x"], found
+    assert all(f.fix == "use x86_64 hosts for it, or drivers source: debian" for f in found), found
