@@ -235,8 +235,11 @@ def test_the_role_takes_the_tree_of_the_nodes_architecture_fact(example: str, lo
 @pytest.mark.parametrize(("architecture", "refused"), [("aarch64", ""), ("x86_64", "x86_64"), ("ppc64le", "ppc64le")])
 def test_preflight_refuses_a_host_of_another_architecture(example: str, architecture: str, refused: str) -> None:
     """The role's own assert, evaluated: a GB200/GB300 group's host reporting anything but aarch64 is refused with
-    the fix; an aarch64 one passes."""
+    the fix; an aarch64 one passes, and so does the Debian 12 release assert before it."""
     variables = role_variables(example, architecture)
+    release = _task(ROLE / "tasks" / "main.yml", lambda t: "gpucluster_release_refusal" in str(t.get("vars")))
+    on_release = {**variables, **{k: role_eval(v, variables) for k, v in release["vars"].items()}}
+    assert all(role_eval(c, on_release) for c in release["ansible.builtin.assert"]["that"])
     task = _task(ROLE / "tasks" / "main.yml", lambda t: "gpucluster_arch_refusal" in str(t.get("vars")))
     variables.update({k: role_eval(v, variables) for k, v in task["vars"].items()})
     passed = all(role_eval(c, variables) for c in task["ansible.builtin.assert"]["that"])
