@@ -37,6 +37,7 @@ from gpucluster.render.metrics import (
     targets_name,
     xid_classes,
 )
+from gpucluster.spec.ports import DCGM_HOSTENGINE_PORT
 
 FIXTURES = Path(__file__).resolve().parent / "metrics"
 RULE_TESTS = sorted(p.name for p in FIXTURES.glob("*.test.yml"))
@@ -258,6 +259,8 @@ def test_each_port_is_the_specs_in_every_file_that_names_it(name, tmp_path) -> N
     assert (DCGM_DROPIN in files) is nvidia
     if nvidia:
         assert f'Environment=DCGM_EXPORTER_LISTEN=:{MOVED["dcgm_exporter_port"]}\n' in files[DCGM_DROPIN]
+        # the node's running host engine (the nvidia-dcgm service), at the port spec/ports.py keeps free for it
+        assert f"Environment=DCGM_REMOTE_HOSTENGINE_INFO=localhost:{DCGM_HOSTENGINE_PORT}\n" in files[DCGM_DROPIN]
     res = promtool(tmp_path, "check", "config", CONFIG)
     assert res.returncode == 0, res.stdout + res.stderr
 
@@ -291,12 +294,13 @@ def _role_true(conditions: list, variables: dict) -> bool:
 def test_the_spec_alone_says_where_prometheus_runs(external) -> None:
     """metrics.external_url unset: the role's server tasks run on the controllers; set: they do not, the files wait
     on the first controller for the site's server, and no Prometheus arguments are rendered."""
-    data = example_data("staging")
-    data["metrics"] = {"external_url": external} if external else {}
+    data = yaml.safe_load((FIXTURES / "cluster.yaml").read_text())  # two controllers
+    data["metrics"] = {**data.get("metrics", {}), **({"external_url": external} if external else {})}
     cluster = compiled(spec_from_data(data))
     files = render_metrics(cluster)
     facts = json.loads(files[EXPORTERS])
     controllers = [h for g in cluster.spec.groups_with_role("controller") for h in g.hosts]
+    assert len(controllers) == 2
     hosts = {h for g in cluster.spec.node_groups for h in g.hosts}
     groups = {"slurm_controller": controllers}
     server = {h for h in hosts if _role_true(_include("server"), {"__metrics": facts, "inventory_hostname": h,
