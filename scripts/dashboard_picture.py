@@ -98,12 +98,13 @@ def main() -> int:
     chosen = panels(dashboard)
     if not chosen:
         sys.exit(f"{args.dashboard}: no panel with a query")
-    rows = max(q["gridPos"]["y"] + q["gridPos"]["h"] for q in chosen)
+    top = min(q["gridPos"]["y"] for q in chosen)  # no blank band where a row's title would be
+    rows = max(q["gridPos"]["y"] + q["gridPos"]["h"] for q in chosen) - top
     fig = plt.figure(figsize=(16, rows * 0.42))
-    grid = GridSpec(rows, GRID, figure=fig, hspace=3.0, wspace=2.0)
+    grid = GridSpec(rows, GRID, figure=fig, hspace=3.0, wspace=2.0, top=0.96, bottom=0.03)
     for panel in chosen:
         g = panel["gridPos"]
-        ax = fig.add_subplot(grid[g["y"]:g["y"] + g["h"], g["x"]:g["x"] + g["w"]])
+        ax = fig.add_subplot(grid[g["y"] - top:g["y"] - top + g["h"], g["x"]:g["x"] + g["w"]])
         series = []
         for target in panel["targets"]:
             expr = substitute(target.get("expr", ""), values)
