@@ -121,6 +121,37 @@ def _switches(planned: list[dict]) -> list[dict]:
     return switches
 
 
+def _blocks(rendered: dict[str, str], topology: str) -> dict | None:
+    """topology/block as the rendered topology file hands it to slurmctld (the plan's NVLink domains, or its
+    units, as render/topology.py translates them): the base blocks with their nodes, BlockSizes, and the
+    aggregated blocks slurmctld builds from them. None on any other topology. Aggregation as slurmctld 24.11
+    and 26.05 do it (docs/validate.md): for each size after the first, every complete run of size/base
+    consecutive base blocks, from the first; a trailing run too short is not aggregated."""
+    if topology != "block":
+        return None
+    if "topology.yaml" in rendered:
+        import yaml
+
+        entries = yaml.safe_load(rendered["topology.yaml"]) or []
+        block = next(e["block"] for e in entries if "block" in e and e.get("cluster_default"))
+        base = [{"name": b["block"], "nodes": sorted(hostlist.expand_hostlist(b["nodes"]))} for b in block["blocks"]]
+        sizes, source = [int(s) for s in block.get("block_sizes") or []], "topology.yaml"
+    else:
+        text = rendered["topology.conf"]
+        base = [{"name": r["BlockName"], "nodes": sorted(hostlist.expand_hostlist(r["Nodes"]))}
+                for r in slurmtext.records(text, "BlockName")]
+        sizes_text = slurmtext.settings(text).get("BlockSizes", "")
+        sizes, source = [int(s) for s in sizes_text.split(",") if s], "topology.conf"
+    aggregated = []
+    for size in sizes[1:]:
+        k = size // sizes[0]
+        for i in range(0, len(base) - k + 1, k):
+            run = base[i:i + k]
+            names = [b["name"] for b in run]
+            aggregated.append({"name": hostlist.collect_hostlist(names), "members": names, "size": size})
+    return {"file": source, "blocks": base, "sizes": sizes, "aggregated": aggregated}
+
+
 def _nccl(groups: dict, rendered: dict[str, str], paths: dict[str, str]) -> dict:
     """Per node group: where its NCCL config and environment files go, and their rendered text and hash."""
     nccl = {}
@@ -159,6 +190,7 @@ def _slurm(slurm: dict, slurm_files: dict[str, str], switches: list[dict], rende
         "host_groups": list(SLURM_HOST_GROUPS),
         "nodes": slurm["nodes"],
         "switches": switches,
+        "blocks": _blocks(rendered, slurm["topology"]),
         "topology": slurm["topology"],
         "accounting": slurm["accounting"],
         "dbd_conf": SLURMDBD_CONF,

@@ -163,6 +163,138 @@ def test_topology_has_no_extra_switch(ctx, target, doc):
     assert not extra, f"{target.host}: slurmctld has switches the plan lacks: {', '.join(extra)}"
 
 
+# ---- topology/block: slurmctld's blocks against the plan's (one per NVLink domain, or per unit) ----------------
+
+def parse_blocks(text: str) -> dict[str, dict]:
+    """`scontrol show topology` on topology/block, read as data: block -> {nodes (sorted), size, aggregated}.
+    Base blocks are BlockName records; the ones slurmctld built from BlockSizes are AggregatedBlock records."""
+    out: dict[str, dict] = {}
+    for r in parse_scontrol_records(text):
+        name = r.get("BlockName") or r.get("AggregatedBlock")
+        if name is None:
+            continue
+        nodes = r.get("Nodes")
+        size = r.get("BlockSize", "")
+        out[name] = {"nodes": sorted(expand_hostlist(nodes)) if nodes not in (None, "", "(null)") else [],
+                     "size": int(size) if size.isdigit() else None, "aggregated": "AggregatedBlock" in r}
+    return out
+
+
+def _names(nodes, limit: int = 8) -> str:
+    nodes = list(nodes)
+    more = f" and {len(nodes) - limit} more" if len(nodes) > limit else ""
+    return ", ".join(nodes[:limit]) + more if nodes else "none"
+
+
+def block_problems(want: dict, planned: list[dict], got: dict[str, dict]) -> list[str]:
+    """One planned block against slurmctld's: the nodes it lacks, each with the block slurmctld has it in, and
+    the nodes it has beyond the plan, each with the block the plan puts it in."""
+    rec = got.get(want["name"])
+    if rec is None or rec["aggregated"]:
+        return [f"slurmctld has no block {want['name']} (the plan has it, with {_names(want['nodes'])})"]
+    in_got = {n: b for b, r in got.items() if not r["aggregated"] for n in r["nodes"]}
+    in_plan = {n: b["name"] for b in planned for n in b["nodes"]}
+    missing = sorted(set(want["nodes"]) - set(rec["nodes"]))
+    extra = sorted(set(rec["nodes"]) - set(want["nodes"]))
+    problems = []
+    if missing:
+        problems.append("missing " + _names(f"{n} (slurmctld has it in {in_got.get(n, 'no block')})" for n in missing))
+    if extra:
+        problems.append("extra " + _names(f"{n} (the plan has it in {in_plan.get(n, 'no block')})" for n in extra))
+    return problems
+
+
+def extra_blocks(planned: list[dict], got: dict[str, dict]) -> list[str]:
+    """slurmctld's base blocks the plan lacks, each with its nodes."""
+    names = {b["name"] for b in planned}
+    return [f"{b} ({_names(r['nodes'])})" for b, r in sorted(got.items()) if not r["aggregated"] and b not in names]
+
+
+def aggregation_problems(plan: dict, got: dict[str, dict]) -> list[str]:
+    """BlockSizes as slurmctld applied them: each base block's BlockSize is the plan's base size, and the
+    aggregated blocks are the plan's (members, nodes, size), none missing and none beyond them. Aggregated
+    blocks are matched by their member blocks, not by how Slurm spells the name."""
+    problems = []
+    base = plan["sizes"][0]
+    wrong = [f"{b} BlockSize={r['size']}" for b, r in sorted(got.items()) if not r["aggregated"] and r["size"] != base]
+    if wrong:
+        problems.append(f"base blocks not of the plan's base size {base}: {_names(wrong)}")
+    nodes_of = {b["name"]: b["nodes"] for b in plan["blocks"]}
+    have = {tuple(sorted(expand_hostlist(name))): (name, r) for name, r in got.items() if r["aggregated"]}
+    for agg in plan["aggregated"]:
+        found = have.pop(tuple(sorted(agg["members"])), None)
+        if found is None:
+            problems.append(f"no aggregated block {agg['name']} of size {agg['size']}")
+            continue
+        name, r = found
+        want_nodes = sorted(n for m in agg["members"] for n in nodes_of[m])
+        if r["size"] != agg["size"]:
+            problems.append(f"aggregated block {name}: BlockSize={r['size']}, plan {agg['size']}")
+        if r["nodes"] != want_nodes:
+            problems.append(f"aggregated block {name}: missing {_names(sorted(set(want_nodes) - set(r['nodes'])))}, "
+                            f"extra {_names(sorted(set(r['nodes']) - set(want_nodes)))}")
+    problems.extend(f"aggregated block {name} (BlockSize={r['size']}) the plan lacks" for name, r in
+                    sorted(have.values(), key=lambda v: v[0]))
+    return problems
+
+
+def _blocks(ctx, target) -> dict[str, dict]:
+    """slurmctld's blocks, once per worker; a failed scontrol fails the check with its message."""
+    def fetch():
+        out = run(ctx.slurm_host(), "scontrol show topology", timeout=60)
+        if out.rc != 0:
+            return {"__error__": (out.stderr or out.stdout).strip()}
+        return {"blocks": parse_blocks(out.stdout)}
+    got = ctx.cached("blocks", fetch)
+    if "__error__" in got:
+        pytest.fail(f"{target.host}: scontrol show topology failed: {got['__error__']}", pytrace=False)
+    return got["blocks"]
+
+
+def _skip_unless_blocks(doc) -> dict:
+    plan = doc["slurm"].get("blocks")
+    if plan is None:
+        pytest.skip(f"topology {doc['slurm']['topology']}: no blocks to compare (topology/block only)")
+    return plan
+
+
+def _planned_blocks(ctx, host):
+    plan = ctx.doc["slurm"].get("blocks")
+    if plan is None:  # one item, so the check reports its skip instead of vanishing
+        yield ctx.doc["slurm"]["topology"], None
+        return
+    for b in plan["blocks"]:
+        yield b["name"], b
+
+
+@pytest.mark.per("slurm_controller", items=_planned_blocks)
+def test_topology_block(ctx, target, doc, item):
+    """slurmctld's block has exactly the plan's nodes: a tray missing names the block slurmctld put it in, an
+    extra one the block the plan has it in."""
+    plan = _skip_unless_blocks(doc)
+    problems = block_problems(item, plan["blocks"], _blocks(ctx, target))
+    assert not problems, f"{target.host}: block {item['name']}: " + "; ".join(problems)
+
+
+@pytest.mark.per("slurm_controller")
+def test_topology_has_no_extra_block(ctx, target, doc):
+    plan = _skip_unless_blocks(doc)
+    extra = extra_blocks(plan["blocks"], _blocks(ctx, target))
+    assert not extra, f"{target.host}: slurmctld has blocks the plan lacks: {'; '.join(extra)}"
+
+
+@pytest.mark.per("slurm_controller")
+def test_topology_block_sizes(ctx, target, doc):
+    """BlockSizes as the plan renders them, read back as slurmctld applied them: its aggregated blocks."""
+    plan = _skip_unless_blocks(doc)
+    if not plan["sizes"]:
+        pytest.skip(f"no BlockSizes in the rendered {plan['file']} (Slurm {doc['slurm']['version']}): slurmctld's "
+                    "default levels apply")
+    problems = aggregation_problems(plan, _blocks(ctx, target))
+    assert not problems, (f"{target.host}: BlockSizes {','.join(map(str, plan['sizes']))} "
+                          f"({plan['file']}): " + "; ".join(problems))
+
+
 def _profile_items(ctx, host):
     for d in ctx.doc["slurm"]["profile_differences"]:
         yield d["key"], d
