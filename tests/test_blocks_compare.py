@@ -252,3 +252,71 @@ def test_without_block_sizes_the_sizes_check_skips(monkeypatch):
     ctx, target = _Ctx(_doc(_plan(line="23.11"))), SimpleNamespace(host="ctl01")
     with pytest.raises(pytest.skip.Exception, match=r"no BlockSizes in the rendered topology.conf"):
         checks.test_topology_block_sizes(ctx, target, ctx.doc)
+
+
+# ---- fabric verify --nvlink: the as-built cliques against the plan's domains, a difference named per domain ----
+
+@pytest.fixture
+def racks(tmp_path):
+    """Two NVL72 racks as built, every tray in its rack's clique (tests/test_nvlink.py's fixtures)."""
+    from test_nvlink import UUID, gb200_data, smi_text
+
+    from gpucluster.fabric import plan_cluster
+
+    plan = plan_cluster(spec_from_data(gb200_data(racks=2)))
+    folder = tmp_path / "smi"
+    folder.mkdir()
+    g = plan.spec.group("gb200")
+    for d in plan.domains:
+        for i in range(d.first, d.first + d.count):
+            (folder / f"{g.host(i)}.txt").write_text(smi_text(4, str(32766 + d.index), UUID.format(d.index)))
+    return plan, folder, smi_text, UUID
+
+
+def _verify(plan, folder):
+    from gpucluster.fabric.asbuilt import nvlink
+
+    return nvlink.verify(plan, nvlink.discover(folder))
+
+
+def test_a_split_domain_is_one_finding_naming_its_trays_and_both_cliques(racks):
+    plan, folder, smi_text, uuid = racks
+    for tray in ("gb0017", "gb0018"):
+        (folder / f"{tray}.txt").write_text(smi_text(4, "40000", uuid.format(0)))
+    found = _verify(plan, folder)
+    assert [(f.kind, f.detail["domain"]) for f in found] == [("nvlink-domain-split", "nvl0001")]
+    assert found[0].message == (f"domain nvl0001 (rack0007) is split: gb0017, gb0018 formed clique "
+                                f"{uuid.format(0)}.40000, apart from the domain's {uuid.format(0)}.32766")
+
+
+def test_a_tray_in_the_other_racks_clique_names_both_domains(racks):
+    plan, folder, smi_text, uuid = racks
+    (folder / "gb0018.txt").write_text(smi_text(4, "32767", uuid.format(1)))
+    found = _verify(plan, folder)
+    assert [(f.kind, f.detail["node"]) for f in found] == [("nvlink-wrong-domain", "gb0018")]
+    assert "planned in rack0007 (domain nvl0001) but its GPUs are in the domain of nvl0002" in found[0].message
+
+
+def test_domains_in_one_clique_are_named_merged(racks):
+    plan, folder, smi_text, uuid = racks
+    for i in range(19, 37):
+        (folder / f"gb{i:04d}.txt").write_text(smi_text(4, "32766", uuid.format(0)))
+    found = _verify(plan, folder)
+    assert [(f.kind, f.detail["domains"]) for f in found] == [("nvlink-domains-merged", ["nvl0001", "nvl0002"])]
+
+
+def test_a_tray_whose_gpus_disagree_is_named(racks):
+    plan, folder, smi_text, uuid = racks
+    text = smi_text(4, "32766", uuid.format(0))
+    (folder / "gb0003.txt").write_text(text.replace("32766", "32799", 1))
+    found = _verify(plan, folder)
+    assert [(f.kind, f.detail["node"]) for f in found] == [("nvlink-no-clique", "gb0003")]
+    assert "its GPUs disagree on the NVLink clique" in found[0].message
+
+
+def test_a_tray_missing_is_named_with_its_domain(racks):
+    plan, folder, _smi, _uuid = racks
+    (folder / "gb0036.txt").unlink()
+    found = _verify(plan, folder)
+    assert [(f.kind, f.detail["domain"], f.detail["missing"]) for f in found] == [
+        ("nvlink-domain-short", "nvl0002", ["gb0036"])]

@@ -11,8 +11,16 @@ no clique is a finding.
 Findings, each fault once (the verify tests inject one of each and expect only it):
 - `nvlink-wrong-domain`: a node reports the clique of another rack's domain than the one it was planned in;
 - `nvlink-no-clique`: a planned NVLink node whose GPUs report no clique (fabric not up, or not cabled);
+- `nvlink-domain-split`: a domain whose trays formed more than one clique: the trays outside the domain's own
+  clique, in a clique no other planned rack has, named together with both cliques (one finding per stray clique);
+- `nvlink-domains-merged`: two or more planned domains whose trays all formed one clique;
 - `nvlink-domain-short`: a domain with fewer trays than planned, counting trays that reported nothing
   (a tray out); trays already reported above are not counted again.
+
+Slurm's side (the blocks slurmctld loaded) is not read here: `fabric verify` works from files and the spec, with
+no inventory and no Slurm. `gpucluster validate` compares slurmctld's blocks with the plan's domains
+(validate/checks/test_slurm.py, docs/validate.md); both compare against the same plan, so between them the
+as-built cliques, the plan and slurmctld are each checked against the plan.
 """
 
 from __future__ import annotations
@@ -172,37 +180,62 @@ def discover(folder: str | Path) -> Discovery:
 
 def verify(plan: Plan, found: Discovery) -> list[Finding]:
     """Each planned domain against the cliques its nodes report. A domain's clique is the one most of its
-    reporting nodes share; a node reporting another clique is in the wrong domain, one reporting none has
-    no clique, and a domain whose trays did not all report is short by those trays."""
+    reporting nodes share; a node reporting another domain's clique is in the wrong domain, nodes reporting a
+    clique no planned domain has split their domain, one reporting none has no clique, a domain whose trays did
+    not all report is short by those trays, and domains sharing one clique are merged."""
     findings: list[Finding] = []
+    owners: dict[str, list[str]] = {}
     for d in plan.domains:
         group = plan.spec.group(d.group)
         hosts = [group.host(i) for i in range(d.first, d.first + d.count)]
         reports = {h: found.nodes[h] for h in hosts if h in found.nodes}
-        votes = Counter(r.clique for r in reports.values() if r.clique is not None)
-        own = votes.most_common(1)[0][0] if votes else None
+        own = _clique_of(plan, d, found)
+        if own is not None:
+            owners.setdefault(own, []).append(d.name)
+        stray: dict[str, list[str]] = {}
         for h, rep in reports.items():
             if rep.clique is None:
-                states = sorted({g.state or "?" for g in rep.gpus})
-                findings.append(Finding(
-                    "nvlink-no-clique", f"{h} ({d.rack}, domain {d.name}): its GPUs report no NVLink clique "
-                    f"(Fabric state {', '.join(states)})", "check the tray's NVLink cables and the IMEX/fabric "
-                    "services; nvidia-smi -q shows Fabric State Completed once it has joined", rep.source,
-                    {"node": h, "domain": d.name, "rack": d.rack}))
+                findings.append(_no_clique(h, d, rep))
             elif rep.clique != own:
                 others = [o.name for o in plan.domains if o is not d and _clique_of(plan, o, found) == rep.clique]
-                there = f"the domain of {others[0]}" if others else "a clique no planned rack has"
+                if not others:
+                    stray.setdefault(rep.clique, []).append(h)
+                    continue
                 findings.append(Finding(
                     "nvlink-wrong-domain", f"{h} was planned in {d.rack} (domain {d.name}) but its GPUs are in "
-                    f"{there} ({rep.clique})", f"move the tray to {d.rack}, or cable it to that rack's NVLink "
-                    "switch trays", rep.source, {"node": h, "domain": d.name, "clique": rep.clique}))
+                    f"the domain of {others[0]} ({rep.clique})", f"move the tray to {d.rack}, or cable it to that "
+                    "rack's NVLink switch trays", rep.source, {"node": h, "domain": d.name, "clique": rep.clique}))
+        for clique, trays in stray.items():
+            findings.append(Finding(
+                "nvlink-domain-split", f"domain {d.name} ({d.rack}) is split: {', '.join(trays)} formed clique "
+                f"{clique}, apart from the domain's {own}", "check the NVLink cables of those trays and the rack's "
+                "NVLink switch trays, then the fabric manager's partition", reports[trays[0]].source,
+                {"domain": d.name, "nodes": trays, "clique": clique, "own": own}))
         missing = [h for h in hosts if h not in found.nodes]
         if missing:
             findings.append(Finding(
                 "nvlink-domain-short", f"domain {d.name} ({d.rack}) has {d.count - len(missing)} of {d.count} "
                 f"trays: {', '.join(missing)} reported nothing", "bring the tray back, or drain it from block "
                 "jobs until it is", "", {"domain": d.name, "missing": missing}))
+    for clique, names in owners.items():
+        if len(names) > 1:
+            findings.append(Finding(
+                "nvlink-domains-merged", f"domains {', '.join(names)} formed one clique ({clique}), planned as "
+                f"{len(names)} racks' domains", "check the NVLink switch trays' cabling between the racks and the "
+                "fabric manager's partition", "", {"domain": names[0], "domains": names, "clique": clique}))
     return findings
+
+
+def _no_clique(h: str, d, rep: NodeReport) -> Finding:
+    """A tray in no clique: its GPUs report none, or disagree on one."""
+    keys = sorted(k for k in rep.cliques if k is not None)
+    if len(keys) > 1:
+        why = f"its GPUs disagree on the NVLink clique ({', '.join(keys)})"
+    else:
+        why = f"its GPUs report no NVLink clique (Fabric state {', '.join(sorted({g.state or '?' for g in rep.gpus}))})"
+    return Finding("nvlink-no-clique", f"{h} ({d.rack}, domain {d.name}): {why}", "check the tray's NVLink cables and "
+                   "the IMEX/fabric services; nvidia-smi -q shows Fabric State Completed once it has joined",
+                   rep.source, {"node": h, "domain": d.name, "rack": d.rack})
 
 
 def _clique_of(plan: Plan, d, found: Discovery) -> str | None:
