@@ -291,11 +291,14 @@ def run_sequential(
     *,
     label: str,
     timeout_s: float = 600,
+    wait_done: bool = True,
 ) -> RunResult:
     """Submit one job at a time and wait for it to start, knowing the occupancy when it was submitted.
 
     Only our job is pending, so between the snapshot and its start nodes can only become free: if
     the snapshot shows a leaf with room, one truly had room when Slurm placed the job.
+    ``wait_done=False`` returns once the last job has started (the placements are all known then), leaving the
+    jobs running: for a caller that cancels them rather than wait out their sleeps.
     """
     usable = usable_nodes(cluster)
     placed: list[Placed] = []
@@ -321,7 +324,8 @@ def run_sequential(
     last = max((p.started or 0.0) for p in placed) if placed else 0.0
     stats = sdiag(cluster)
     peak = cluster.ctld_peak_rss_kib()
-    wait_idle(cluster, [p.jobid for p in placed], timeout_s=timeout_s)
+    if wait_done:
+        wait_idle(cluster, [p.jobid for p in placed], timeout_s=timeout_s)
     return RunResult(label, placed, last, usable, stats, peak, False)
 
 
