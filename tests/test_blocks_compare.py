@@ -320,3 +320,23 @@ def test_a_tray_missing_is_named_with_its_domain(racks):
     found = _verify(plan, folder)
     assert [(f.kind, f.detail["domain"], f.detail["missing"]) for f in found] == [
         ("nvlink-domain-short", "nvl0002", ["gb0036"])]
+
+
+def test_the_expectations_carry_the_blocks_on_block_topology_only():
+    """expect.py hands the checks the blocks of the rendered file of the compiled facts, on block topology."""
+    from gpucluster.compiled import facts
+    from gpucluster.render import render_all
+    from gpucluster.validate import expect
+
+    for topology in ("block", "tree"):
+        data = example_data("gb200-superpod")
+        next(g for g in data["node_groups"] if g["name"] == "gb200")["count"] = 36
+        data["slurm"].update(topology=topology)
+        cluster = compiled(spec_from_data(data))
+        rendered = {k: v if isinstance(v, str) else "".join(v())
+                    for k, v in render_all(cluster, cabling=False).items()}
+        slurm = expect._slurm(facts(cluster, rendered)["slurm"], {}, [], rendered)
+        if topology == "block":
+            assert [b["name"] for b in slurm["blocks"]["blocks"]] == ["nvl0001", "nvl0002"]
+        else:
+            assert slurm["blocks"] is None
