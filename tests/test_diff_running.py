@@ -52,8 +52,13 @@ def test_each_change_names_the_running_jobs_it_would_hit(tmp_path, capsys, monke
     assert set(hostlist.expand_hostlist(nodes)) <= {h for ch in reboot for hl in ch["hosts"]
                                                     for h in hostlist.expand_hostlist(hl)}
     assert f"waits for 1 running job: {jobid} (root, {nodes})" in text_out
-    # the same diff with no controller answering: said, not an error; jobs unknown (null), not empty
-    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "gone" / "slurm.conf"))
+    # the same diff with no controller answering: said, not an error; jobs unknown (null), not empty. The clients'
+    # config is an empty file: squeue fails at once as it does for a missing one (exit 1, "Unable to process
+    # configuration file"), where a missing one is retried for 60 s first (Slurm 22.05's s_p_parse_file)
+    gone = tmp_path / "gone" / "slurm.conf"
+    gone.parent.mkdir()
+    gone.write_text("")
+    monkeypatch.setenv("SLURM_CONF", str(gone))
     assert main(["diff", str(old), str(new), "--inventory", str(tmp_path / "inv"), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["running"]["reached"] is False and doc["running"]["error"]
