@@ -70,7 +70,7 @@ SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:=^/+-]*$")  # nothing a shell or slurm.
 
 
 ROCE_LINE = re.compile(r'^ROCE_[A-Z_]+=([A-Za-z0-9_.,:-]*|"[A-Za-z0-9_.:-]+( [A-Za-z0-9_.:-]+)*")$')
-SYSTEMD_LINE = re.compile(r"^(\[[A-Z][A-Za-z]*\]|[A-Z][A-Za-z]*=[A-Za-z0-9@_.:-]+( [A-Za-z0-9@_.:-]+)*)$")
+SYSTEMD_LINE = re.compile(r"^(\[[A-Z][A-Za-z]*\]|[A-Z][A-Za-z]*=[A-Za-z0-9@_.:=-]+( [A-Za-z0-9@_.:=-]+)*)$")
 GANESHA_LINE = re.compile(r"^\t*([A-Z][A-Za-z0-9_]* \{|\}|[A-Z][A-Za-z0-9_]* = [^;{}#\n]+;)$")
 # oci.conf: Slurm's Key="value", one command line without a quote or '#' inside; the SPANK stack's include and
 # required lines; enroot.conf's KEY value, a path whose one substitution is the user's id.
@@ -95,7 +95,7 @@ def assert_parseable(out: dict[str, str]) -> None:
             for line in text.splitlines():
                 if line and not line.startswith("#"):
                     assert pattern.match(line), f"{name}: {line!r}"
-        elif name.startswith("slurmd-") and name.endswith(".conf"):  # a systemd drop-in: [Section], Key=units
+        elif name.endswith(".conf") and name.startswith(("slurmd-", "prometheus-dcgm-exporter")):  # systemd drop-ins
             for line in text.splitlines():
                 if line and not line.startswith("#"):
                     assert SYSTEMD_LINE.match(line), f"{name}: {line!r}"
