@@ -23,9 +23,12 @@ RENDER_FAMILIES = (
     ("driver and library apt sources and pins",
      r"apt-[a-z_]+-[a-z0-9_-]+\.(sources|pref)|nvidia-peermem-[a-z0-9_-]+\.conf|slurmd-nvidia-[a-z0-9_-]+\.conf"),
     ("IMEX domain node lists", r"imex-domain\.[A-Za-z0-9_.-]+\.hosts"),
-    ("health checks", r"gpucluster-health(-[a-z]+)?(\.service|\.timer)?|health-config\.[a-z0-9_-]+\.json"),
-    ("Prometheus config, rules, alerts and targets",
-     r"prometheus(-rules|-alerts)?\.yml|prometheus-targets\.[a-z0-9-]+\.json"),
+    ("health checks and the NVLink domain guard",
+     r"gpucluster-health(-[a-z]+)?(\.service|\.timer)?|health-config\.[a-z0-9_-]+\.json"
+     r"|gpucluster-domain-guard\.(service|timer)|domains\.json"),
+    ("Prometheus config, rules, alerts and targets, and its exporters' settings",
+     r"prometheus(-rules|-alerts)?\.yml|prometheus-targets\.[a-z0-9-]+\.json|prometheus(-node-exporter)?\.default"
+     r"|prometheus-dcgm-exporter(\.[a-z0-9_-]+\.pref|\.conf)|prometheus-exporters\.json"),
     ("Grafana dashboards", r"grafana-(fleet|group|unit|node)\.json"),
     ("the Slurm exporter's topology units and timer", r"slurm-metrics\.json|gpucluster-slurm-metrics\.(service|timer)"),
     ("cabling.csv", r"cabling\.csv"),
