@@ -15,8 +15,11 @@ import re
 import subprocess
 import sys
 from functools import cache
+from itertools import pairwise
+from pathlib import Path
 
 import pytest
+import yaml
 from conftest import cluster_example, compiled, example_data, example_text, line_of, need_slurm_line, spec_from_data
 
 from gpucluster.catalog import CONTAINER_STACK
@@ -26,11 +29,13 @@ from gpucluster.render.containers import (
     APT_PINS,
     OCI_KEYS,
     apt_preferences,
+    arch_of,
     group_files,
     oci_keys,
     oci_settings,
     pyxis_file,
     render_containers,
+    role_facts,
 )
 from gpucluster.spec import jobcontainers
 from gpucluster.spec.slurm_versions import RELEASES
@@ -333,3 +338,79 @@ def test_the_apt_pins_are_the_locks() -> None:
 def test_render_all_carries_the_container_files() -> None:
     files = render_all(cluster_example("staging"), cabling=False)
     assert {k: _text(v) for k, v in files.items() if k in _rendered("staging")} == _rendered("staging")
+
+
+# ---- what the slurm_compute role acts on ------------------------------------------------------------------------
+
+ROLE = Path(__file__).resolve().parents[1] / "roles" / "slurm_compute"
+
+
+@pytest.mark.parametrize("name", sorted(DEFAULTS))
+def test_facts_json_carries_each_groups_choice_and_files(name: str) -> None:
+    """The role reads facts.json's `containers`, never the spec: the same choices and files as the renderer."""
+    cluster = cluster_example(name)
+    facts = role_facts(cluster)
+    for g in cluster.spec.node_groups:
+        assert facts["groups"][g.name] == {"oci": jobcontainers.oci(cluster.spec, g),
+                                           "enroot_pyxis": jobcontainers.enroot_pyxis(cluster.spec, g),
+                                           "arch": arch_of(cluster.spec, g), "files": group_files(cluster, g)}
+    assert facts["runtime"] == cluster.spec.containers.runtime
+    assert facts["cache_dir"] == jobcontainers.cache_dir(cluster.spec)
+
+
+def test_the_role_installs_what_the_stand_in_repository_test_installs() -> None:
+    """tests/test_containers_repo.py installs the lock's packages by name through the rendered pins and holds them;
+    the role does the same: the same package names and versions (from facts.json), the rendered pins file copied
+    before the install, a dpkg hold after it, and the installed versions checked against the lock."""
+    from test_containers_repo import LOCKED
+
+    facts = role_facts(cluster_example("staging"))
+    assert dict.fromkeys(facts["packages"]) == dict.fromkeys(LOCKED) and facts["versions"] == LOCKED
+    tasks = yaml.safe_load((ROLE / "tasks" / "containers.yml").read_text())
+    flat = [t for task in tasks for t in [task, *task.get("block", [])]]
+    names = [t["name"] for t in flat]
+
+    def index(word: str) -> int:
+        return next(i for i, n in enumerate(names) if word in n)
+
+    pins, install, hold = index("the pins of the version lock"), index("by name"), index("hold them")
+    assert pins < install < hold
+    assert flat[pins]["ansible.builtin.copy"]["src"].endswith("files.apt_pins }}")
+    assert flat[install]["gpucluster_apt"]["name"] == "{{ __slurm_compute_ct.packages }}"
+    assert flat[hold]["ansible.builtin.dpkg_selections"]["selection"] == "hold"
+    assert "__slurm_compute_ct.versions" in flat[index("are the lock's")]["failed_when"]
+
+
+# ---- gpucluster diff ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("edit", "name", "cls"), [
+    ({"runtime": "crun"}, "oci.conf", "restart-slurmd"),  # oci.conf(5): read at daemon start; slurmctld serves it
+    ({"local_dir": "/var/lib/enroot2"}, "enroot.conf", "none"),  # enroot reads it at each container start
+])
+def test_a_changed_container_file_gets_its_class(tmp_path, edit: dict, name: str, cls: str) -> None:
+    from gpucluster.diff import diff_specs
+
+    data = example_data("staging")
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(data))
+    data["containers"] = {**data.get("containers", {}), **edit}
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump(data))
+    changes = {c.target: c for c in diff_specs(tmp_path / "a.yaml", tmp_path / "b.yaml").changes}
+    assert changes[name].cls == cls, changes[name]
+
+
+# ---- staged nodes ------------------------------------------------------------------------------------------------
+
+def test_only_staged_compute_nodes_are_unmasked_for_nested_containers() -> None:
+    """A rootless runc inside a staged node mounts a fresh /proc, which the kernel refuses while podman's masks
+    cover parts of the node's own ("mount proc: operation not permitted"): compute nodes start with unmask=ALL,
+    nothing else changes, and the other nodes keep podman's masks (docs/testing.md)."""
+    from gpucluster.stage.lifecycle import stage_nodes
+    from gpucluster.stage.podman import StageConfig, _run_args
+
+    cluster = cluster_example("staging")
+    cfg = StageConfig(cluster="staging", state_dir=Path("/nonexistent"))
+    compute = set(cluster.contract_groups["slurm_compute"])
+    for node in stage_nodes(cluster):
+        args = _run_args(cfg, node, "img", 2222)
+        unmasked = ("--security-opt", "unmask=ALL") in set(pairwise(args))
+        assert unmasked == (node.name in compute), (node.name, args)

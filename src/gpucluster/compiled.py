@@ -22,6 +22,7 @@ from pathlib import Path
 from gpucluster import __version__
 from gpucluster.cluster import Cluster, load_cluster
 from gpucluster.render import render_all, templates_dir
+from gpucluster.render.containers import role_facts as container_facts
 from gpucluster.render.drivers import driver_texts
 from gpucluster.render.fileset import nccl_texts, profile_differences
 from gpucluster.render.health.rolefiles import facts as health_facts
@@ -34,8 +35,8 @@ from gpucluster.spec import stacks
 COMPILED = "compiled"
 # What every Slurm host carries (topology.yaml replaces topology.conf from Slurm 25.05).
 SLURM_HOST_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf", "topology.yaml")
-FACTS_VERSION = 4  # 2: `files` (the rendered file each node group takes), storage settings; 3: health, drivers;
-# 4: driver_files (the driver stacks' rendered files)
+FACTS_VERSION = 5  # 2: `files` (the rendered file each node group takes), storage settings; 3: health, drivers;
+# 4: driver_files (the driver stacks' rendered files); 5: containers (render/containers.py's role facts)
 
 
 @cache
@@ -102,6 +103,7 @@ def facts(cluster: Cluster, rendered: dict[str, str]) -> dict:
         "health": health_facts(cluster),
         "drivers": stacks.driver_stacks(spec),
         "driver_files": _driver_files(cluster),
+        "containers": container_facts(cluster),
         "rendered": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in sorted(rendered.items())},
     }
 

@@ -34,7 +34,7 @@ CTLD = ("slurm_controller",)
 SLURMD = ("slurm_compute",)
 # Configless Slurm (docs/roles.md): slurmctld serves these files to every slurmd; only the hosts that hold them
 # (controllers and login nodes) get a copy, and a compute node is visited only for a slurmd restart.
-SERVED = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf", "topology.yaml")
+SERVED = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf", "topology.yaml", "oci.conf", "plugstack.conf")
 HOLDERS = ("slurm_controller", "slurm_login")
 
 # Where the classes of files other than slurm.conf come from.
@@ -47,6 +47,11 @@ GRES_TYPE_22 = ('gres.conf(5) 22.05.8: "A restart of the slurmctld and slurmd da
                 'the Type option to take effect."')
 GRES_TYPE_24 = ('gres.conf(5) 24.11.5: "For changes to the Type option to take effect with a scontrol reconfig all '
                 'affected slurmd daemons must be responding to the slurmctld."')
+OCI_SOURCE = ('oci.conf(5) 22.05.8-26.05: "Changes to the configuration file take effect upon restart of Slurm '
+              'daemons." slurmctld serves it (configless), so it restarts first')
+SPANK_SOURCE = ('spank(8) 22.05.8-26.05: "Plugins loaded in slurmd context persist for the entire time slurmd is '
+                'running, so if configuration is changed or plugins are updated, slurmd must be restarted for the '
+                'changes to take effect." srun (local context) reads plugstack.conf at each run')
 PARTITION_REMOVED = ('slurm.conf(5) 22.05.8-26.05.5: "If a partition that is in use is deleted from the configuration '
                      'and slurm is restarted or reconfigured (scontrol reconfigure), jobs using the partition are '
                      'canceled."')
@@ -273,6 +278,9 @@ def _file_changes(name: str, a: str, b: str, old: Cluster, new: Cluster, version
                       source="read by slurmd at start (the slurm_common role's rule)")
     if name == "slurmdbd.conf":
         return change(RESTART_SLURMCTLD, "copy, then restart slurmdbd on the accounting host", ("slurm_dbd",))
+    if name in ("oci.conf", "plugstack.conf") or name.startswith("pyxis.") or name in (
+            "enroot.conf", "apt-enroot-pyxis.pref"):
+        return _container_change(name, what, new if b else old)
     if owner and owner[0] == "nccl":
         return change(NONE, "copy; jobs started afterwards read it", (), _group_hosts(new, [owner[1]]))
     if owner and owner[0] in _STORAGE:
@@ -287,6 +295,33 @@ def _file_changes(name: str, a: str, b: str, old: Cluster, new: Cluster, version
     if name == "slurm-metrics.json" or name.startswith("gpucluster-slurm-metrics."):
         return change(NONE, "copy to the controller; the Slurm exporter's next run reads it", CTLD)
     return change(DRAIN, "not known to diff: treated as a package or mount change", SLURM_GROUPS)
+
+
+def _container_change(name: str, what: str, cluster: Cluster) -> list[Change]:
+    """The container files (render/containers.py): Slurm's two are served and read at daemon start; enroot reads
+    its configuration at each container start; the pins move packages, which running container jobs use."""
+    from gpucluster.render.containers import arch_of, pyxis_file
+    from gpucluster.spec import jobcontainers
+
+    spec = cluster.spec
+    pyxis = [g.name for g in spec.node_groups if jobcontainers.enroot_pyxis(spec, g)]
+    if name == "oci.conf":
+        return [Change(what, "file", name, RESTART_SLURMD, "copy to the controllers, then restart slurmctld (it "
+                       "serves the file) and slurmd: running jobs keep running", CTLD + SLURMD,
+                       _hosts(cluster, CTLD + SLURMD), source=OCI_SOURCE)]
+    if name == "plugstack.conf":
+        return [Change(what, "file", name, RESTART_SLURMD, "copy to the controllers and login nodes, then restart "
+                       "slurmctld (it serves the file) and slurmd: running jobs keep running", SLURM_GROUPS,
+                       _hosts(cluster, SLURM_GROUPS), source=SPANK_SOURCE)]
+    if name.startswith("pyxis."):
+        groups = [g for g in pyxis if pyxis_file(arch_of(spec, spec.group(g))) == name]
+        return [Change(what, "file", name, RESTART_SLURMD, "copy to plugstack.conf.d, then restart slurmd: running "
+                       "jobs keep running", SLURMD, _group_hosts(cluster, groups), source=SPANK_SOURCE)]
+    if name == "enroot.conf":
+        return [Change(what, "file", name, NONE, "copy; enroot reads it at each container start", (),
+                       _group_hosts(cluster, pyxis))]
+    return [Change(what, "file", name, DRAIN, "drain, move the pins, install the locked enroot and pyxis (running "
+                   "container jobs use them), resume", SLURMD, _group_hosts(cluster, pyxis))]
 
 
 def _gres(a: str, b: str, new: Cluster, version: str) -> list[Change]:

@@ -98,6 +98,24 @@ def group_files(cluster: Cluster, group: NodeGroup) -> dict[str, str]:
     return {"pyxis": pyxis_file(arch_of(spec, group)), "enroot_conf": "enroot.conf", "apt_pins": APT_PINS}
 
 
+def role_facts(cluster: Cluster) -> dict:
+    """What slurm_compute acts on (facts.json's `containers`): per node group whether it runs oci and pyxis, its
+    Debian architecture and its files; the runtime package, the locked packages and enroot's folders. The role
+    copies rendered files by these names and never derives one."""
+    spec = cluster.spec
+    groups = {g.name: {"oci": jobcontainers.oci(spec, g), "enroot_pyxis": jobcontainers.enroot_pyxis(spec, g),
+                       "arch": arch_of(spec, g), "files": group_files(cluster, g)} for g in spec.node_groups}
+    stack = CONTAINER_STACK
+    return {"runtime": spec.containers.runtime, "groups": groups,
+            "packages": [*stack.enroot.packages, *stack.pyxis.packages],
+            "versions": {**{p: stack.enroot.version for p in stack.enroot.packages},
+                         **{p: stack.pyxis.version for p in stack.pyxis.packages}},
+            "pyxis_plugins": {arch: f"/usr/lib/{triplet}/slurm/spank_pyxis.so" for arch, triplet in ARCHES.values()},
+            "plugstack_dir": PLUGSTACK_DIR, "image_cache": jobcontainers.image_cache(spec),
+            "cache_dir": jobcontainers.cache_dir(spec), "flash_dir": jobcontainers.flash_dir(spec),
+            "local_dir": spec.containers.local_dir, "runtime_dir": spec.containers.runtime_dir}
+
+
 def _context(spec: ClusterSpec) -> dict:
     cache = jobcontainers.image_cache(spec)
     why = ("on the flash tier, shared by every node: one pull per user for the cluster" if cache == "flash"

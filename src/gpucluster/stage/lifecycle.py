@@ -45,7 +45,8 @@ def stage_nodes(cluster: Cluster) -> list:
         caps = ("DAC_READ_SEARCH",) if nfs_exports else ()
         for host in group.hosts:
             nodes.append(StageNode(name=host, groups=member_of, gpu_devices=cluster.gpu_devices(group), fuse=fuse,
-                                   caps=caps, volumes=nfs_exports, cgroups=cgroups))
+                                   caps=caps, volumes=nfs_exports, cgroups=cgroups,
+                                   unmask="slurm_compute" in member_of))
     return nodes
 
 

@@ -75,6 +75,11 @@ class StageNode:
     # namespace whose v1 hierarchies the node may write, CAP_SYS_ADMIN, and GPU stand-ins with their own
     # device numbers (STAND_IN_MAJOR) instead of /dev/null.
     cgroups: bool = False
+    # Nested OCI containers (srun --container): podman masks paths of the node's /proc and /sys (/proc/kcore,
+    # /sys/firmware, ...) and mounts others read-only; the kernel lets a user namespace mount a fresh /proc or
+    # sysfs only where no such mount covers part of the node's own, so a rootless runc inside the node could not.
+    # A real node has none of these masks. unmask=ALL removes them (nothing else: no capability, no device).
+    unmask: bool = False
 
 
 @dataclass(frozen=True)
@@ -328,6 +333,7 @@ def _spec_hash(cfg: StageConfig, node: StageNode, image: str) -> str:
             network_name(cfg)]
     spec += [f"cap:{c}" for c in node.caps] + [f"tmpfs:{p}" for p in node.tmpfs]  # absent: hash unchanged
     spec += [f"cgroups:{STAND_IN_MAJOR}"] if node.cgroups else []
+    spec += ["unmask:ALL"] if node.unmask else []
     spec += [f"volume:{p}" for p in node.volumes]
     spec += [f"ip:{node.address}"] if node.address else []
     spec += ["restart:always"]  # a node that reboots itself comes back (RebootProgram: the rollout's reboots)
@@ -364,6 +370,8 @@ def _run_args(cfg: StageConfig, node: StageNode, image: str, port: int) -> list[
         args += ["--device", f"{source}:{dev}"]
     if node.cgroups:
         args += ["--cgroupns", "private"]
+    if node.unmask:
+        args += ["--security-opt", "unmask=ALL"]
     if node.fuse:
         args += ["--device", "/dev/fuse"]
     if node.fuse or node.cgroups:
