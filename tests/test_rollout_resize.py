@@ -77,6 +77,18 @@ def _sbatch(c: SlurmCluster, *args: str) -> str:
     return jobid
 
 
+def _until_released(c: SlurmCluster, name: str) -> str:
+    """A job's script that runs until the test releases it (creates the file `name` in the cluster's private dir,
+    as the job sees it), at most 300 s, then exits 0 (COMPLETED): a job that lasts exactly as long as the test
+    needs, where a fixed `sleep` had to outlast the slowest grow and shrink on a loaded machine."""
+    flag = c.inner / name
+    return f"for i in $(seq 1500); do [ -e {flag} ] && exit 0; sleep 0.2; done; exit 1"
+
+
+def _release(c: SlurmCluster, name: str) -> None:
+    (c.workdir / name).touch()
+
+
 def test_grow_by_a_leaf_then_shrink_keeps_the_running_job(tmp_path: Path, line: str) -> None:
     specs = {}
     for n in (12, 16, 14):
@@ -91,7 +103,7 @@ def test_grow_by_a_leaf_then_shrink_keeps_the_running_job(tmp_path: Path, line: 
     conf = specs[12].conf_dir
     with SlurmCluster(conf, slurmd_nodes=config_nodes(conf), line=line, start_timeout=120, reboot_delay=0.5) as c:
         slurm = Slurm(c.run)
-        long = _sbatch(c, "-N", "4", "--wrap", "sleep 40")
+        long = _sbatch(c, "-N", "4", "--wrap", _until_released(c, "release-long"))
         before = _job(c, long)
         seen: dict[str, tuple[str, str]] = {}
 
@@ -116,18 +128,21 @@ def test_grow_by_a_leaf_then_shrink_keeps_the_running_job(tmp_path: Path, line: 
                        c.log_tail(80), "--- the batch node's slurmd:",
                        tail(c.slurmd_log(hostlist.expand_hostlist(before["NodeList"])[0]), 30)])
 
-        # long enough that it still runs when the first shrink gives up (under load its 1 s timeout took 8 s)
-        pinned = _sbatch(c, "-N", "2", "-w", "gti[0015-0016]", "--wrap", "sleep 25")
+        # it runs until released, after the first shrink gave up (under load its 1 s timeout took 8 s)
+        pinned = _sbatch(c, "-N", "2", "-w", "gti[0015-0016]", "--wrap", _until_released(c, "release-pinned"))
         ctl = Emulated(c, specs[14].conf_dir)
         with pytest.raises(Halted, match="still run jobs"):
             shrink(down, ctl, slurm, "t2", poll=0.3, timeout=1.0, say=lambda _: None)
         assert {"gti0015", "gti0016"} <= set(c.nodes())  # never removed while a job runs there
         assert _job(c, pinned)["JobState"] == "RUNNING"
+        _release(c, "release-pinned")
         shrink(down, ctl, slurm, "t2", poll=0.3, timeout=90, say=lambda _: None)
         assert _job(c, pinned)["JobState"] == "COMPLETED"
         left = c.nodes()
         assert not {"gti0015", "gti0016"} & set(left) and len(left) == 14
         assert all(not Slurm(c.run).nodes()[n].out for n in left)
+        assert _job(c, long)["JobState"] == "RUNNING"  # it ran through grow and shrink
+        _release(c, "release-long")
         deadline = time.monotonic() + 60
         while _job(c, long)["JobState"] in ("RUNNING", "COMPLETING"):
             assert time.monotonic() < deadline
