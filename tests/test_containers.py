@@ -383,6 +383,20 @@ def test_the_role_installs_what_the_stand_in_repository_test_installs() -> None:
 
 # ---- gpucluster diff ----------------------------------------------------------------------------------------------
 
+def test_turning_pyxis_off_classes_each_file_it_removes(tmp_path) -> None:
+    """The SPANK files restart slurmd (spank(8)), enroot.conf needs nothing, the pins drain (packages move)."""
+    from gpucluster.diff import diff_specs
+
+    data = example_data("staging")
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(data))
+    next(g for g in data["node_groups"] if g["name"] == "gpu")["containers"] = {"enroot_pyxis": False}
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump(data))
+    changes = {c.target: c.cls for c in diff_specs(tmp_path / "a.yaml", tmp_path / "b.yaml").changes}
+    assert {n: changes.get(n) for n in ("plugstack.conf", "pyxis.amd64.conf", "enroot.conf", APT_PINS)} == {
+        "plugstack.conf": "restart-slurmd", "pyxis.amd64.conf": "restart-slurmd", "enroot.conf": "none",
+        APT_PINS: "drain"}
+
+
 @pytest.mark.parametrize(("edit", "name", "cls"), [
     ({"runtime": "crun"}, "oci.conf", "restart-slurmd"),  # oci.conf(5): read at daemon start; slurmctld serves it
     ({"local_dir": "/var/lib/enroot2"}, "enroot.conf", "none"),  # enroot reads it at each container start
