@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import load_file
 
+from gpucluster.emulate.adapt import SlurmConf
 from gpucluster.emulate.emulator import emulate
 from gpucluster.emulate.specs import scaled_spec, write_and_render
 from gpucluster.rollout.slurmops import Slurm
@@ -40,7 +41,12 @@ def test_whole_leaves_keep_a_larger_block_and_neither_kills_a_job(tmp_path: Path
     assert [len(w.nodes) for w in aware] == [len(w.nodes) for w in blind]  # same ceiling, same batch size
     mix = compare.job_mix(SEED, total=NODES, leaf=LEAF, length=300, seconds=(1, 3))
     results = {}
-    with emulate(r.conf_dir, overrides={"MinJobAge": "3600"}, reboot_delay=0.5) as c:
+    # the rendered scheduler, with its delays cut to what 32 nodes and 1-3 s jobs need: a submitted job is tried at
+    # once (batch_sched_delay, 3 s by default) and the jobs queued behind a whole-leaf job every second
+    # (bf_interval, 30 s by default), so the queue left when each rollout ends drains in seconds
+    sched = SlurmConf.parse((r.conf_dir / "slurm.conf").read_text()).param("SchedulerParameters")
+    overrides = {"MinJobAge": "3600", "SchedulerParameters": f"{sched},batch_sched_delay=0,bf_interval=1"}
+    with emulate(r.conf_dir, overrides=overrides, reboot_delay=0.5) as c:
         for label, waves in (("aware", aware), ("blind", blind)):
             before = len(c.reboots)
             results[label] = compare.run_once(c.run, label, waves, leaves, mix, tmp_path, warmup=2)
