@@ -152,6 +152,8 @@ def container_job(staged_cluster, tmp_path_factory):
     job = next((m[1] for t in tasks.values() for r in t.get("read", []) if (m := re.match(r"job (\d+) ", r))), None)
     sacct = _sacct(c, controller, job) if job else ""
     lap("sacct")
+    # The flash tier is the session's: the image and the user's bundle go (the outputs are kept in the log below).
+    _sh(c, operator, f"rm -rf {layout} {user_dir}")
     times["total"] = round(time.monotonic() - start, 2)
     (c.logs / "containers-job.log").write_text(json.dumps({"times_s": times, "stdout": res.stdout,
                                                            "stderr": res.stderr, "sacct": sacct}, indent=1))
