@@ -4,8 +4,9 @@ gaps in Prometheus's 5-minute lookback), a unit share above 0 and at most 100 %,
 same share bounds for Slurm's nodes out of service, a flap of at least 2 exits in 10 minutes to a day, a backfill
 cycle above 0 and at most Slurm's own bf_max_time limit (3600 s). The metrics ports from 1024 to 65535, each on a port
 no other metrics port and nothing else of the cluster listens on (spec/ports.py: the Slurm daemons, slurmdbd's
-database, the pull server, NFS, MooseFS, the bandwidth check, DCGM's host engine); the site's own Prometheus as an
-http(s) URL of a host, an optional port and path, no credentials, query or fragment."""
+database, the pull server, NFS, MooseFS, the bandwidth check, DCGM's host engine), Grafana's only where Grafana is
+asked for; the site's own Prometheus as an http(s) URL of a host, an optional port and path, no credentials, query
+or fragment; Grafana only with metrics on (metrics.enabled: false with metrics.grafana: true is refused)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,13 @@ CASES = {
                            "has a query or fragment"),
     "a URL with a space": ("  external_url: 'http://prom :9090'\n", "metrics.external_url", "[value_error]",
                            "not a URL"),
+    "Grafana as text": ("  grafana: 'yes'\n", "metrics.grafana", "[bool_type]", "write true or false"),
+    "a privileged Grafana port": ("  grafana_port: 80\n", "metrics.grafana_port", "[greater_than_equal]",
+                                  "1,024 or more"),
+    "a Grafana port past 65535": ("  grafana_port: 65536\n", "metrics.grafana_port", "[less_than_equal]",
+                                  "65,535 or less"),
+    "Grafana without metrics": ("  enabled: false\n  grafana: true\n", "metrics.grafana", "[grafana]",
+                                "set metrics.enabled: true, or remove metrics.grafana"),
 }
 
 
@@ -86,7 +94,7 @@ def test_refused_with_file_line_field_rule_and_fix(case, tmp_path) -> None:
     assert "Traceback" not in res.stderr
     errors = [e for e in res.stderr.splitlines() if e.startswith("error: ")]
     assert len(errors) == 1, res.stderr
-    assert errors[0].startswith(f"error: {path}:{line_of(text, line.rstrip())}: {field}: "), errors[0]
+    assert errors[0].startswith(f"error: {path}:{line_of(text, line.rstrip().splitlines()[-1])}: {field}: "), errors[0]
     assert fix in errors[0] and rule in errors[0], errors[0]
     assert "nothing was written" in res.stderr
 
@@ -118,6 +126,16 @@ CLASHES = {
                                      "metrics.prometheus_port", "metrics.node_exporter_port's (node_exporter)"),
     "dcgm-exporter's port": ("  prometheus_port: 9400\n", "metrics.prometheus_port",
                              "metrics.dcgm_exporter_port's (dcgm-exporter)"),
+    "Grafana on Prometheus's port": ("  grafana: true\n  grafana_port: 9090\n", "metrics.grafana_port",
+                                     "metrics.prometheus_port's (Prometheus)"),
+    "Grafana on slurmctld's port": ("  grafana: true\n  grafana_port: 6817\n", "metrics.grafana_port",
+                                    "slurmctld's (SlurmctldPort)"),
+    "Grafana on MariaDB's port": ("  grafana: true\n  grafana_port: 3306\n", "metrics.grafana_port",
+                                  "MariaDB's, slurmdbd's database"),
+    "Grafana on node_exporter's port": ("  grafana: true\n  grafana_port: 9100\n", "metrics.grafana_port",
+                                        "metrics.node_exporter_port's (node_exporter)"),
+    "Grafana on a moved Prometheus's port": ("  grafana: true\n  prometheus_port: 9500\n  grafana_port: 9500\n",
+                                             "metrics.grafana_port", "metrics.prometheus_port's (Prometheus)"),
 }
 
 
@@ -149,7 +167,11 @@ def test_a_metrics_port_the_cluster_uses_is_refused(case, tmp_path) -> None:
     "  prometheus_port: 6817\n  external_url: http://prometheus.example.org:9090\n",  # the site's own server
     "  node_exporter_port: 19100\n  dcgm_exporter_port: 19400\n  prometheus_port: 19090\n",
     "  external_url: https://[2001:db8::1]:9090/prom/\n",
-], ids=["an-unused-exporter-port", "prometheus-elsewhere", "all-moved", "an-ipv6-url-with-a-path"])
+    "  grafana: true\n",
+    "  grafana: true\n  grafana_port: 9090\n  external_url: http://prometheus.example.org:9090\n",
+    "  grafana_port: 6817\n",
+], ids=["an-unused-exporter-port", "prometheus-elsewhere", "all-moved", "an-ipv6-url-with-a-path", "grafana",
+        "grafana-on-the-port-of-a-prometheus-elsewhere", "a-grafana-port-without-grafana"])
 def test_ports_nothing_else_holds_and_good_urls_are_accepted(case, tmp_path) -> None:
     res = _check(tmp_path, example_text(STAGING) + "metrics:\n" + case)
     assert res.returncode == 0, res.stdout + res.stderr

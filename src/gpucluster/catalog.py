@@ -470,3 +470,38 @@ CONTAINER_STACK = ContainerStack(
     # names the one flavor it pins and refuses the other.
     refused=("enroot-hardened", "enroot-hardened+caps"),
     enroot_source=ENROOT_SOURCE, pyxis_source=PYXIS_SOURCE)
+
+
+# ---------------------------------------------------------------- Grafana: the version lock
+# Grafana is not in Debian. Its vendor publishes it in its own apt repository (Grafana's installation guide for
+# Debian and Ubuntu, grafana/grafana docs/sources/setup-grafana/installation/debian): `deb
+# [signed-by=/etc/apt/keyrings/grafana.asc] https://apt.grafana.com stable main`, the key at
+# https://apt.grafana.com/gpg-full.key, one repository for both editions: `grafana` (OSS) and `grafana-enterprise`
+# (the same features without a licence). The lock takes OSS and refuses the other edition, so no dependency or
+# operator's install swaps one for the other. The package runs grafana-server.service with EnvironmentFile=
+# /etc/default/grafana-server and reads its provisioning from /etc/grafana/provisioning (grafana/grafana
+# packaging/deb: the unit passes cfg:default.paths.provisioning=${PROVISIONING_CFG_DIR}); Grafana takes any
+# grafana.ini key from a GF_<SECTION>_<KEY> variable, so a drop-in of the unit sets the port.
+# Version: 11.6.0, the release whose dashboard schema render/dashboards.py writes (grafana-foundation-sdk
+# 11.6.0). Confirmed in the stored material: the release's package file grafana_11.6.0_amd64.deb (Grafana's
+# download commands). Not confirmed here: the Version field of the repository's package (taken as 11.6.0, the
+# file name's, with no Debian revision and no epoch), its exact Depends (the download page installs adduser,
+# libfontconfig1 and musl first), whether grafana-enterprise declares Conflicts with grafana, and which key
+# signs the repository today (the guide names gpg-full.key; older guides named gpg.key).
+class GrafanaLock(_Part):
+    """Grafana's package at the version the controller installs and pins (Pin-Priority 1001, then a dpkg hold);
+    every other version, and the other edition, at -1."""
+
+    repository: Repository
+    package: Pin
+    refused: tuple[PackageName, ...] = Field(default=(), max_length=8,
+                                             description="packages no version of which may be installed")
+    source: str = Field(max_length=512)
+
+
+GRAFANA = GrafanaLock(
+    repository=Repository(name="gpucluster-grafana", uri="https://apt.grafana.com", suites=("stable",),
+                          components=("main",), key="https://apt.grafana.com/gpg-full.key"),
+    package=Pin(packages=("grafana",), version="11.6.0"),
+    refused=("grafana-enterprise",),
+    source="Grafana's apt repository (stable main), Grafana OSS 11.6.0: the dashboards' schema release")

@@ -19,10 +19,11 @@ from bisect import bisect_right
 from collections.abc import Iterator
 from itertools import pairwise
 
+from gpucluster.catalog import GRAFANA
 from gpucluster.cluster import Cluster
 from gpucluster.node.promtext import FILE as PROM_FILE
 from gpucluster.node.xid import CLASSES, LADDER, XIDS
-from gpucluster.render.dashboards import render_dashboards
+from gpucluster.render.dashboards import KINDS, render_dashboards
 from gpucluster.render.health.config import TEXTFILE_DIR
 from gpucluster.render.templating import environment
 from gpucluster.spec import ports, stacks
@@ -34,6 +35,17 @@ NODE_EXPORTER_ARGS = "prometheus-node-exporter.default"  # /etc/default/promethe
 SERVER_ARGS = "prometheus.default"  # /etc/default/prometheus, the controller (Prometheus there only)
 DCGM_DROPIN = "prometheus-dcgm-exporter.conf"  # nvidia-dcgm-exporter.service's drop-in, NVIDIA GPU nodes
 EXPORTERS = "prometheus-exporters.json"  # what the role reads: ports, the exporter per group, the server's files
+# Grafana on the controller, with the spec's metrics.grafana (its package from the vendor's repository, the lock's
+# catalog.GRAFANA):
+GRAFANA_DATASOURCE = "grafana-datasource.yaml"  # /etc/grafana/provisioning/datasources/, the cluster's Prometheus
+GRAFANA_PROVIDER = "grafana-dashboards.yaml"  # /etc/grafana/provisioning/dashboards/, the folder below
+GRAFANA_DROPIN = "grafana-server.conf"  # grafana-server.service's drop-in: its port
+GRAFANA_PINS = "grafana-apt.pref"  # its apt pin, from the lock
+GRAFANA_SOURCES = "grafana-apt.sources"  # its package source (deb822), from the lock
+# Where the rendered dashboards lie on the controller for the provider to load (Grafana's data folder is its own).
+GRAFANA_DASHBOARDS_DIR = "/var/lib/grafana/dashboards/gpucluster"
+GRAFANA_KEYRING = "/etc/apt/keyrings/gpucluster-grafana.asc"
+GRAFANA_RESCAN_S = 60  # how often Grafana reads the folder again
 # Where the health runner writes its metrics for node_exporter's textfile collector (node/promtext.py), read by the
 # rules and alerts: the contract in docs/metrics.md.
 TEXTFILE = f"{TEXTFILE_DIR}/{PROM_FILE}"
@@ -282,10 +294,47 @@ def node_files(cluster: Cluster, server_files: list[str]) -> dict[str, str]:
     for group, exporter in exporters.items():
         out[exporter["pins"]] = env.get_template("metrics/prometheus-dcgm-exporter.pref.j2").render(
             {**ctx, "group": group, **exporter})
+    grafana, grafana_files = grafana_setup(cluster, server["url"])
+    out |= grafana_files
     out[EXPORTERS] = json.dumps({
+        "grafana": grafana,
         "node_exporter": {"port": metrics.node_exporter_port, "args": NODE_EXPORTER_ARGS},
         "dcgm_exporter": {"port": metrics.dcgm_exporter_port, "dropin": DCGM_DROPIN if DCGM_DROPIN in out else "",
                           "groups": exporters, "skipped": skipped},
         "prometheus": {**server, "args": SERVER_ARGS if SERVER_ARGS in out else ""},
     }, indent=1, sort_keys=True) + "\n"
     return out
+
+
+def grafana_uid(cluster: Cluster) -> str:
+    """The provisioned data source's uid: at most 40 characters, as Grafana allows, stable across renders."""
+    return f"gpucluster-{cluster.name}"[:29] + "-prometheus"
+
+
+def grafana_setup(cluster: Cluster, url: str) -> tuple[dict, dict[str, str]]:
+    """(what the metrics role reads of Grafana, Grafana's files by name): nothing but `enabled: false` unless the
+    spec's metrics.grafana. The data source is the cluster's Prometheus, `url`: the first controller's at the
+    spec's port, or metrics.external_url (the same URL prometheus-exporters.json names for every tool)."""
+    metrics = cluster.spec.metrics
+    if not metrics.grafana:
+        return {"enabled": False}, {}
+    env = environment()
+    lock = GRAFANA
+    ctx = {"cluster": cluster.name, "port": metrics.grafana_port, "url": url, "uid": grafana_uid(cluster),
+           "name": f"Prometheus ({cluster.name})", "interval": f"{metrics.scrape_interval}s",
+           "provider": f"gpucluster-{cluster.name}", "folder": f"gpucluster {cluster.name}",
+           "path": GRAFANA_DASHBOARDS_DIR, "update_s": GRAFANA_RESCAN_S, "repo": lock.repository,
+           "keyring": GRAFANA_KEYRING, "packages": list(lock.package.packages), "version": lock.package.version,
+           "refused": list(lock.refused)}
+    files = {name: env.get_template(f"metrics/{name}.j2").render(ctx)
+             for name in (GRAFANA_DATASOURCE, GRAFANA_PROVIDER, GRAFANA_DROPIN, GRAFANA_PINS, GRAFANA_SOURCES)}
+    repo = lock.repository
+    facts = {"enabled": True, "port": metrics.grafana_port, "url": url, "uid": ctx["uid"],
+             "packages": list(lock.package.packages), "version": lock.package.version,
+             "install": [f"{p}={lock.package.version}" for p in lock.package.packages],
+             "key": repo.key, "keyring": GRAFANA_KEYRING,
+             "probe": f"{repo.uri.rstrip('/')}/dists/{repo.suites[0]}/Release",
+             "datasource": GRAFANA_DATASOURCE, "provider": GRAFANA_PROVIDER, "dropin": GRAFANA_DROPIN,
+             "pins": GRAFANA_PINS, "sources": GRAFANA_SOURCES,
+             "dashboards_dir": GRAFANA_DASHBOARDS_DIR, "dashboards": [name for _kind, name, _title in KINDS]}
+    return facts, files

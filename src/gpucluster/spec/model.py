@@ -700,6 +700,14 @@ class Metrics(Strict):
     external_url: PrometheusUrl | None = Field(
         default=None, description="the site's own Prometheus (http[s]://host[:port][/path]); unset: Prometheus on "
                                   "the controller")
+    # Grafana is not in Debian: true installs Grafana's own package on the first controller (one Grafana a cluster,
+    # beside Prometheus or with the site's own), from its vendor's repository at the version the lock pins
+    # (catalog.GRAFANA), provisioned with the cluster's Prometheus and the four rendered dashboards. False: the
+    # dashboards are files to import by hand. spec/ports.py refuses it without metrics and checks its port.
+    grafana: Bool = Field(default=False, description="install Grafana on the first controller (the vendor's "
+                                                     "package), the cluster's Prometheus and dashboards provisioned")
+    grafana_port: Int = Field(default=3000, ge=1024, le=65535,
+                              description="Grafana's listen port on the controller (used with grafana: true)")
 
     @property
     def on_controller(self) -> bool:

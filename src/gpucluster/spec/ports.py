@@ -1,11 +1,12 @@
-"""The metrics ports against each other and against every port the cluster already listens on (docs/metrics.md).
+"""The metrics ports against each other and against every port the cluster already listens on (docs/metrics.md),
+and Grafana asked for where there is nothing for it to show.
 
 Why cluster-wide and not per host: node_exporter listens on every host, so any port of the cluster clashes with it
 wherever it is; dcgm-exporter shares its nodes with slurmd, DCGM's host engine and the bandwidth check's
-ib_write_bw; Prometheus shares the controller with slurmctld, slurmdbd, MariaDB and the pull bundle server, and a
-controller may serve NFS or the MooseFS master too. A port free on one host and taken on another buys nothing a
-site cannot have by picking another of the 64,512 ports from 1024 up, and one rule for the whole cluster leaves no
-host layout to get wrong.
+ib_write_bw; Prometheus and Grafana share the controller with slurmctld, slurmdbd, MariaDB and the pull bundle
+server, and a controller may serve NFS or the MooseFS master too. A port free on one host and taken on another buys
+nothing a site cannot have by picking another of the 64,512 ports from 1024 up, and one rule for the whole cluster
+leaves no host layout to get wrong.
 
 The ports the cluster fixes are each written by one owner: the Slurm daemons' in slurmkeys (read here), slurmdbd's
 in render/slurm.py, the bandwidth check's in render/health/active.py, the pull server's in configure/pull.py, NFS's
@@ -23,12 +24,14 @@ from gpucluster.spec.jobcontainers import vendor
 from gpucluster.spec.model import ClusterSpec
 
 RULE = "ports"
+GRAFANA_RULE = "grafana"
 # The metrics ports, in report order: a clash between two of them is reported on the later one.
 METRICS_PORTS = {
     "node_exporter_port": "node_exporter",
     "dcgm_exporter_port": "dcgm-exporter",
     "amd_exporter_port": "AMD's device-metrics-exporter",
     "prometheus_port": "Prometheus",
+    "grafana_port": "Grafana",
 }
 # Ports the cluster listens on whatever the spec says (owners above). The bandwidth check's first port is here; its
 # range grows with the HCAs a node has (bandwidth_ports).
@@ -77,17 +80,23 @@ def _spec_ports(spec: ClusterSpec) -> dict[int, str]:
 
 
 def check(spec: ClusterSpec) -> Iterator[Finding]:
-    """One finding per metrics port that another metrics port, or a port the cluster uses, already holds."""
+    """One finding per metrics port that another metrics port, or a port the cluster uses, already holds; and
+    Grafana asked for without metrics (nothing to show: no dashboards, no Prometheus)."""
     metrics = spec.metrics
     if not metrics.enabled:
+        if metrics.grafana:
+            yield Finding(("metrics", "grafana"), "Grafana is asked for with metrics.enabled: false: no dashboards "
+                          "and no Prometheus are rendered for it to show", "set metrics.enabled: true, or remove "
+                          "metrics.grafana", GRAFANA_RULE)
         return
     taken = fixed(spec) | _spec_ports(spec)
     vendors = {vendor(spec, g) for g in spec.gpu_groups}
     used = {"node_exporter_port": True, "dcgm_exporter_port": "nvidia" in vendors,
-            "amd_exporter_port": "amd" in vendors, "prometheus_port": metrics.on_controller}
+            "amd_exporter_port": "amd" in vendors, "prometheus_port": metrics.on_controller,
+            "grafana_port": metrics.grafana}
     for field, what in METRICS_PORTS.items():
         if not used[field]:
-            continue  # no exporter of that kind, or the site's own Prometheus: nothing listens there
+            continue  # no exporter of that kind, the site's own Prometheus, no Grafana: nothing listens there
         port = getattr(metrics, field)
         holder = taken.get(port)
         if holder is not None:
