@@ -253,8 +253,9 @@ def test_health_filter_is_the_health_package(tmp_path: Path) -> None:
     compile_to(load_cluster(example_path("staging")), tmp_path / "state")
     data = filters.health(str(tmp_path / "state"))
     assert set(data) == {"enabled", "paths", "scripts_dir", "scripts", "wrapper", "configs", "units", "slurm_conf",
-                         "active"}
+                         "active", "domain_guard"}
     assert list(data["configs"]) == ["gpu"]
+    assert not data["domain_guard"]  # staging has no NVLink domain: no guard to install
     assert filters.driver_stack(str(tmp_path / "state"), "gpu")["group"] == "gpu"
 
 
