@@ -456,3 +456,18 @@ def test_disabled_metrics_render_nothing() -> None:
     data = example_data("staging")
     data["metrics"] = {"enabled": False}
     assert render_metrics(compiled(spec_from_data(data))) == {}
+
+
+@pytest.mark.parametrize("name", ["gb300-nvl72", "staging"])
+def test_the_dcgm_job_scrapes_only_groups_that_get_an_exporter(name) -> None:
+    """An NVIDIA group whose locked release pairs no dcgm-exporter (the 580 row of gb300-nvl72) gets none, so no
+    dcgm target of it is scraped: its `up` would be 0 for good and GpuclusterGpuExporterDown would page for it."""
+    cluster = cluster_example(name)
+    exporters = json.loads(render_metrics(cluster)[EXPORTERS])
+    jobs = {j["job_name"]: j for j in yaml.safe_load(render_metrics(cluster)[CONFIG])["scrape_configs"]}
+    scraped = set(jobs["dcgm"]["file_sd_configs"][0]["files"]) if "dcgm" in jobs else set()
+    nvidia = [g.name for g in cluster.spec.gpu_groups if cluster.gpu_vendor(g) == "nvidia"]
+    assert nvidia
+    for group in nvidia:
+        assert (targets_name(group) in scraped) == (group in exporters["dcgm_exporter"]["groups"]), group
+    assert (name == "staging") == bool(scraped)

@@ -150,16 +150,20 @@ def dcgm_xids(cluster: Cluster) -> list[int]:
 
 
 def _jobs(cluster: Cluster) -> list[dict]:
-    """The scrape jobs: node_exporter on every node group, each GPU vendor's exporter on its GPU groups."""
+    """The scrape jobs: node_exporter on every node group, each GPU vendor's exporter on its GPU groups. An NVIDIA
+    group whose locked release pairs no dcgm-exporter gets none installed, so it is not scraped for one either (its
+    targets would be down for good, and GpuclusterGpuExporterDown would page for nothing)."""
     spec = cluster.spec
     metrics = spec.metrics
+    with_dcgm = dcgm_exporters(cluster)[0]
     jobs = [{"name": "node", "port": metrics.node_exporter_port, "what": "node_exporter, every node",
              "files": [targets_name(g.name) for g in spec.node_groups]}]
     for name, vendor, port, what in (("dcgm", "nvidia", metrics.dcgm_exporter_port,
                                       "NVIDIA's dcgm-exporter, NVIDIA GPU groups"),
                                      ("amd-gpu", "amd", metrics.amd_exporter_port,
                                       "AMD's device-metrics-exporter, AMD GPU groups")):
-        files = [targets_name(g.name) for g in spec.gpu_groups if cluster.gpu_vendor(g) == vendor]
+        files = [targets_name(g.name) for g in spec.gpu_groups if cluster.gpu_vendor(g) == vendor
+                 and (vendor != "nvidia" or g.name in with_dcgm)]
         if files:
             jobs.append({"name": name, "port": port, "what": what, "files": files})
     return jobs
