@@ -29,7 +29,8 @@ RENDER_FAMILIES = (
     ("Prometheus config, rules, alerts and targets, and its exporters' settings",
      r"prometheus(-rules|-alerts)?\.yml|prometheus-targets\.[a-z0-9-]+\.json|prometheus(-node-exporter)?\.default"
      r"|prometheus-dcgm-exporter(\.[a-z0-9_-]+\.pref|\.conf)|prometheus-exporters\.json"),
-    ("Grafana dashboards", r"grafana-(fleet|group|unit|node)\.json"),
+    ("Grafana dashboards", r"grafana-(fleet|group|unit|node)\.json"
+     r"|grafana-(datasource|dashboards)\.yaml|grafana-server\.conf|grafana-apt\.(pref|sources)"),
     ("the Slurm exporter's topology units and timer", r"slurm-metrics\.json|gpucluster-slurm-metrics\.(service|timer)"),
     ("cabling.csv", r"cabling\.csv"),
     ("fabric.topo", r"fabric\.topo"),
