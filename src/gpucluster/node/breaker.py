@@ -122,15 +122,9 @@ def admit(ctl: slurmctl.Session, config: dict, node: str, check: str) -> tuple[b
     s = settings(config)
     if s is None:
         return True, "no circuit breaker configured"
-    reservations, why_not = ctl.reservations()
-    if reservations is None:
-        return False, f"held by the breaker: its state could not be read ({why_not}); the next run asks again"
-    latch = latch_of(reservations, s.group)
-    if latch is not None:
-        return False, f"held by the breaker: open since {latch.get('StartTime', '?')}: {latch_why(latch, s.group)}"
-    group, why_not = ctl.show_nodes(s.nodes)
+    group, held = closed_group(ctl, s)
     if group is None:
-        return False, f"held by the breaker: the group's nodes could not be read ({why_not})"
+        return False, held
     cause = shared_cause(group, check, node)
     out = sum(1 for name, info in group.items() if name != node and out_of_service(info.get("State", "")))
     if out >= s.out_of_service:
@@ -150,21 +144,30 @@ def admit(ctl: slurmctl.Session, config: dict, node: str, check: str) -> tuple[b
                        f"{total} drains in {s.window_minutes} min", cause)
 
 
+def closed_group(ctl: slurmctl.Session, s: Settings) -> tuple[dict | None, str]:
+    """The group's nodes as Slurm shows them while the breaker is closed; (None, why the action is held) while it is
+    open or its state or the nodes cannot be read."""
+    reservations, why_not = ctl.reservations()
+    if reservations is None:
+        return None, f"held by the breaker: its state could not be read ({why_not}); the next run asks again"
+    latch = latch_of(reservations, s.group)
+    if latch is not None:
+        return None, f"held by the breaker: open since {latch.get('StartTime', '?')}: {latch_why(latch, s.group)}"
+    group, why_not = ctl.show_nodes(s.nodes)
+    if group is None:
+        return None, f"held by the breaker: the group's nodes could not be read ({why_not})"
+    return group, ""
+
+
 def admit_many(ctl: slurmctl.Session, s: Settings, nodes: list[str]) -> tuple[bool, str]:
     """Whether one action may drain all of `nodes` (in service) at once: the domain guard's drain of an NVLink
     domain's healthy trays (domainguard.py). Held while the group's latch is open, or when the group's nodes out
     of service now plus these would pass `out_of_service`; all or nothing. It takes no drain token and never
     opens the latch: the tokens count suspect nodes per window (a shared cause among failing checks), and these
     nodes failed nothing; holding leaves the domain as the node runs left it, which needs no person."""
-    reservations, why_not = ctl.reservations()
-    if reservations is None:
-        return False, f"held by the breaker: its state could not be read ({why_not}); the next run asks again"
-    opened = latch_of(reservations, s.group)
-    if opened is not None:
-        return False, f"held by the breaker: open since {opened.get('StartTime', '?')}: {latch_why(opened, s.group)}"
-    group, why_not = ctl.show_nodes(s.nodes)
+    group, held = closed_group(ctl, s)
     if group is None:
-        return False, f"held by the breaker: the group's nodes could not be read ({why_not})"
+        return False, held
     out = sum(1 for name, info in group.items() if name not in nodes and out_of_service(info.get("State", "")))
     if out + len(nodes) > s.out_of_service:
         return False, (f"held by the breaker: draining {len(nodes)} more would put {out + len(nodes)} of {s.size} "
