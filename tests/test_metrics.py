@@ -193,8 +193,9 @@ def test_scrape_jobs_node_exporter_everywhere_and_each_gpu_vendor_on_its_groups(
     cluster = cluster_example(name)
     config = yaml.safe_load(render_metrics(cluster)[CONFIG])
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
-    by_vendor = {v: [targets_name(g.name) for g in cluster.spec.gpu_groups if cluster.gpu_vendor(g) == v]
-                 for v in ("nvidia", "amd")}
+    with_dcgm = json.loads(render_metrics(cluster)[EXPORTERS])["dcgm_exporter"]["groups"]  # the lock pairs one
+    by_vendor = {v: [targets_name(g.name) for g in cluster.spec.gpu_groups if cluster.gpu_vendor(g) == v
+                     and (v == "amd" or g.name in with_dcgm)] for v in ("nvidia", "amd")}
     metrics = cluster.spec.metrics
     expected = {"node": ([targets_name(g.name) for g in cluster.spec.node_groups], metrics.node_exporter_port),
                 "dcgm": (by_vendor["nvidia"], metrics.dcgm_exporter_port),
