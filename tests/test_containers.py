@@ -219,13 +219,26 @@ def test_oci_conf_writes_only_keys_its_release_reads(version: str) -> None:
     assert ("EnvExclude" in got) == ("RunTimeEnvExclude" in got) == newer
 
 
+@pytest.mark.parametrize("version", [v for v in RELEASES if v != "22.05"])
+def test_the_runtime_never_sees_systemds_notify_socket(version: str) -> None:
+    """slurmd runs as a systemd notify unit, and the RunTime* commands get slurmstepd's environment: with
+    NOTIFY_SOCKET set, a foreground `runc run` waits for READY=1 from the container and never returns (the 24.11
+    staged job hung so). The container's own environment keeps only the Slurm configuration out."""
+    got = _settings(_rendered("staging", version)["oci.conf"])
+    runtime_env, env = re.compile(got["RunTimeEnvExclude"]), re.compile(got["EnvExclude"])
+    for name in ("NOTIFY_SOCKET", "SLURM_CONF", "SLURM_CONF_SERVER"):
+        assert runtime_env.search(f"{name}=/run/x")
+    assert not runtime_env.search("NOTIFY_SOCKETS=1") and not runtime_env.search("XNOTIFY_SOCKET=1")
+    assert env.search("SLURM_CONF=/etc/slurm/slurm.conf") and not env.search("NOTIFY_SOCKET=/run/x")
+
+
 @pytest.mark.parametrize("version", RELEASES)
 def test_every_runtime_call_of_a_container_uses_one_state_folder_and_one_id(version: str) -> None:
     """Query, kill and delete find the container run started only with the same --root and container id."""
     got = _settings(_rendered("staging", version)["oci.conf"])
     calls = {k: v for k, v in got.items() if k.startswith("RunTime") and k != "RunTimeEnvExclude"}
     roots = {re.search(r"--root=(\S+)", v).group(1) for v in calls.values()}
-    assert roots == ({"/run/user/%U/"} if version != "22.05" else {"%b"})
+    assert roots == ({"/run/slurm-oci/%U"} if version != "22.05" else {"%b"})
     assert all(v.startswith("runc --rootless=true ") and v.count("%n.%u.%j.%s.%t") == 1 for v in calls.values())
     assert calls["RunTimeRun"].endswith(" run %n.%u.%j.%s.%t -b %b")
 
@@ -356,6 +369,31 @@ def test_facts_json_carries_each_groups_choice_and_files(name: str) -> None:
                                            "arch": arch_of(cluster.spec, g), "files": group_files(cluster, g)}
     assert facts["runtime"] == cluster.spec.containers.runtime
     assert facts["cache_dir"] == jobcontainers.cache_dir(cluster.spec)
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_the_role_makes_the_state_folder_oci_conf_names_and_again_at_boot(version: str) -> None:
+    """From 23.02 every runtime call keeps its state under facts.json's oci_state_dir: the role makes it (mode 1777,
+    sticky, so each user's runtime makes its own folder and no one else can remove it) and writes a tmpfiles.d rule,
+    as /run is empty after a reboot. 22.05's calls use the step's own spool folder: nothing to make."""
+    from conftest import example_path
+
+    cluster = load_cluster(example_path("staging"), slurm_version=version)
+    rendered = _settings(render_containers(cluster)["oci.conf"])
+    roots = {re.search(r"--root=(\S+)", v).group(1) for k, v in rendered.items()
+             if k.startswith("RunTime") and k != "RunTimeEnvExclude"}
+    state = role_facts(cluster)["oci_state_dir"]
+    if version == "22.05":
+        assert state is None and roots == {"%b"}
+        return
+    assert roots == {f"{state}/%U"}
+    tasks = {t["name"]: t for t in yaml.safe_load((ROLE / "tasks" / "containers.yml").read_text())}
+    rule = tasks["Containers | the runtime's state folder on /run, made again at every boot (systemd-tmpfiles)"]
+    assert rule["ansible.builtin.copy"]["content"] == "d {{ __slurm_compute_ct.oci_state_dir }} 1777 root root -\n"
+    now = next(t for t in tasks.values() if t.get("ansible.builtin.file", {}).get("path") ==
+               "{{ __slurm_compute_ct.oci_state_dir }}")
+    assert now["ansible.builtin.file"]["mode"] == "01777"
+    assert all("__slurm_compute_ct.oci_state_dir is not none" in t["when"] for t in (rule, now))
 
 
 def test_the_role_installs_what_the_stand_in_repository_test_installs() -> None:

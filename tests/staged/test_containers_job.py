@@ -34,13 +34,16 @@ pytestmark = pytest.mark.staged
 
 USER, UID = "ctjob", 4242  # a local user with the same id on the controller and the compute nodes
 MEM_MB = 300  # srun --mem: per node
-IMAGE = "localhost/gpucluster-ct-test:v1"
-# The root file system: a shell and the two tools the job uses, from the node's own Debian 12/13 files.
+IMAGE = "localhost/gpucluster-ct-test:v1"  # and the cluster's name
+# The root file system: a shell and the two tools the job uses, from the node's own Debian 12/13 files, at
+# /bin and /usr/bin.
 ROOTFS_SCRIPT = """set -e
 r=$(mktemp -d)
 mkdir -p "$r/bin" "$r/lib64" "$r/proc" "$r/sys" "$r/dev" "$r/etc" "$r/tmp" "$r/mnt"
 cp /usr/bin/dash "$r/bin/sh"
 cp /usr/bin/cat /usr/bin/sleep "$r/bin/"
+mkdir -p "$r/usr/bin"  # srun 24.11 sends the command's path on the submitting host: /usr/bin/sh on Debian 13
+for t in sh cat sleep; do ln -s "../../bin/$t" "$r/usr/bin/$t"; done
 for lib in $(ldd /usr/bin/dash /usr/bin/cat /usr/bin/sleep \\
              | awk '$2 == "=>" {print $3} $1 ~ /^\\/.*[.]so/ {print $1}' | sort -u); do
   mkdir -p "$r$(dirname "$lib")"
@@ -81,14 +84,14 @@ def _sh(c, host: str, script: str, *, user: str | None = None, stdin: bytes | No
     return res
 
 
-@pytest.fixture(scope="module")
-def container_job(staged_cluster, tmp_path_factory):
-    """Build the image, bring it in, unpack it, run the job; returns what the tests read."""
-    c = staged_cluster
+def run_container_job(c, tmp_path_factory) -> dict:
+    """Build the image, bring it in, unpack it, run the job on the staged cluster `c` (a StagedHandle of either
+    Slurm line); returns what the checks below read. test_trixie.py runs it on the Slurm 24.11 cluster."""
     if not c.first_configure.ok:
-        pytest.fail(f"the first configure failed (test_cluster.py::test_first_configure_converged; log "
+        pytest.fail(f"the first configure failed (test_first_configure_converged of the cluster's module; log "
                     f"{c.first_configure.log_path})", pytrace=False)
     spec = c.spec
+    image = f"{IMAGE}-{spec.name}"  # one per cluster: both staged clusters may build theirs at the same time
     flash = jobcontainers.flash_dir(spec)
     assert flash, "examples/staging.yaml has a flash tier"
     controller = c.hosts("slurm_controller")[0]
@@ -110,18 +113,20 @@ def container_job(staged_cluster, tmp_path_factory):
     # A local image: a root file system imported into podman's storage, saved as an OCI archive.
     rootfs = _sh(c, operator, ROOTFS_SCRIPT).stdout
     archive = tmp_path_factory.mktemp("ct-image") / "ct-test.tar"
-    subprocess.run(["podman", "import", "-q", "-", IMAGE], input=rootfs, capture_output=True, check=True)
+    subprocess.run(["podman", "import", "-q", "-", image], input=rootfs, capture_output=True, check=True)
     try:
-        subprocess.run(["podman", "save", "-q", "--format", "oci-archive", "-o", str(archive), IMAGE],
+        subprocess.run(["podman", "save", "-q", "--format", "oci-archive", "-o", str(archive), image],
                        capture_output=True, check=True)
     finally:
-        subprocess.run(["podman", "rmi", "-f", IMAGE], capture_output=True, check=False)
+        subprocess.run(["podman", "rmi", "-f", image], capture_output=True, check=False)
     lap("image")
 
     # The operator: the archive onto the flash tier as an OCI layout; umoci from Debian.
     _sh(c, operator, f"rm -rf {layout} {user_dir} && mkdir -p {layout} {user_dir} && chown {USER}: {user_dir} && "
         f"tar -C {layout} -x", stdin=archive.read_bytes())
-    _sh(c, operator, "command -v umoci >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q umoci")
+    # (a node whose packages all came with the first configure may never have fetched the package index)
+    _sh(c, operator, "command -v umoci >/dev/null || { export DEBIAN_FRONTEND=noninteractive; "
+        "apt-get install -y -q umoci || { apt-get update -q && apt-get install -y -q umoci; }; }")
     lap("bring-in")
 
     # The user: a bundle of their own (rootless: config.json maps their id), with the flash tier and nccl.conf.
@@ -162,6 +167,12 @@ def container_job(staged_cluster, tmp_path_factory):
             "sacct": sacct, "compute": compute[:2], "bundle": bundle, "controller": controller, "times": times}
 
 
+@pytest.fixture(scope="module")
+def container_job(staged_cluster, tmp_path_factory):
+    """The job on the Slurm 22.05 cluster (examples/staging.yaml)."""
+    return run_container_job(staged_cluster, tmp_path_factory)
+
+
 def _group_of(spec, host: str) -> str:
     return next(g.name for g in spec.node_groups if host in g.hosts)
 
@@ -169,11 +180,12 @@ def _group_of(spec, host: str) -> str:
 def _sacct(c, controller: str, job: str) -> str:
     """slurmdbd records the job asynchronously, its fields in more than one message (right after the job a row was
     seen COMPLETED with no Container and ReqMem `16?`): read until the job and its step are COMPLETED with their
-    container recorded, for up to a minute."""
+    container recorded, for up to a minute. (On the production profile the job also has an `extern` step, which
+    runs no container.)"""
     deadline = time.monotonic() + 60
     while True:
         res = c.ssh(controller, f"sacct -j {job} -n -P -o JobID,State,NNodes,NodeList,ReqMem,Container,ExitCode")
-        rows = [r.split("|") for r in res.stdout.split()]
+        rows = [r.split("|") for r in res.stdout.split() if not r.startswith(f"{job}.extern|")]
         done = len(rows) >= 2 and all(len(r) == 7 and r[1] == "COMPLETED" and r[5] for r in rows)
         if done or time.monotonic() > deadline:
             return res.stdout.strip()
@@ -184,10 +196,9 @@ def _explain(job: dict) -> str:
     return f"srun exited {job['rc']}\nstdout:\n{job['out'][-2000:]}\nstderr:\n{job['err'][-2000:]}"
 
 
-def test_the_job_runs_in_a_container_on_two_nodes(container_job):
+def check_the_job_runs_in_a_container_on_two_nodes(job: dict, cluster) -> None:
     """Both tasks ran, one on each node, inside a user namespace that maps only the user's id (the rootless
     runc of oci.conf: the process is uid 0 in the container and the user outside)."""
-    job = container_job
     assert job["rc"] == 0 and sorted(job["tasks"]) == ["0", "1"], _explain(job)
     nodes = [job["tasks"][t]["node"][0] for t in ("0", "1")]
     assert sorted(nodes) == sorted(job["compute"]), _explain(job)
@@ -195,37 +206,33 @@ def test_the_job_runs_in_a_container_on_two_nodes(container_job):
         assert job["tasks"][t]["uid_map"][0].split() == ["0", str(UID), "1"], _explain(job)
 
 
-def test_a_file_written_on_one_node_is_read_on_the_other(container_job):
-    job = container_job
+def check_a_file_written_on_one_node_is_read_on_the_other(job: dict, cluster) -> None:
     assert job["rc"] == 0, _explain(job)
     writer, reader = job["compute"]
     lines = {job["tasks"][t]["node"][0]: job["tasks"][t].get("read", []) for t in job["tasks"]}
     assert lines.get(reader) == [f"job {job['job']} written on {writer}"], _explain(job)
 
 
-def test_the_container_sees_the_rendered_nccl_conf(container_job, staged_cluster):
+def check_the_container_sees_the_rendered_nccl_conf(job: dict, cluster) -> None:
     """/etc/nccl.conf inside the container is the file gpucluster rendered for the node group."""
-    job = container_job
-    facts = json.loads((staged_cluster.state_dir / "compiled" / "facts.json").read_text())
+    facts = json.loads((cluster.state_dir / "compiled" / "facts.json").read_text())
     for t in ("0", "1"):
-        group = _group_of(staged_cluster.spec, job["tasks"][t]["node"][0])
-        rendered = (staged_cluster.state_dir / "compiled" / "rendered" / facts["nccl"][group]["conf_name"]).read_text()
+        group = _group_of(cluster.spec, job["tasks"][t]["node"][0])
+        rendered = (cluster.state_dir / "compiled" / "rendered" / facts["nccl"][group]["conf_name"]).read_text()
         seen = "\n".join(job["tasks"][t].get("nccl", [])) + "\n"
         assert hashlib.sha256(seen.encode()).hexdigest() == hashlib.sha256(rendered.encode()).hexdigest(), (
             f"task {t} saw:\n{seen}\nrendered:\n{rendered}")
 
 
-def test_the_memory_limit_is_the_one_slurm_set(container_job):
+def check_the_memory_limit_is_the_one_slurm_set(job: dict, cluster) -> None:
     """slurmstepd sets the task's RSS limit from --mem; runc keeps it for the container's process. (On the
     production profile task/cgroup also puts the step in a memory cgroup of that size.)"""
-    job = container_job
     assert job["rc"] == 0, _explain(job)
     for t in ("0", "1"):
         assert job["tasks"][t]["rss_kb"] == [str(MEM_MB * 1024)], _explain(job)
 
 
-def test_sacct_accounts_the_container_job(container_job):
-    job = container_job
+def check_sacct_accounts_the_container_job(job: dict, cluster) -> None:
     assert job["job"], _explain(job)
     rows = {r.split("|")[0]: r.split("|") for r in job["sacct"].splitlines()}
     whole, step = rows.get(job["job"]), rows.get(f"{job['job']}.0")
@@ -235,3 +242,32 @@ def test_sacct_accounts_the_container_job(container_job):
     assert whole[4] == f"{MEM_MB * 2}M", whole  # ReqMem: --mem per node, two nodes
     assert whole[5] == job["bundle"] and step[5] == job["bundle"], (whole, step)
     assert step[1] == "COMPLETED" and step[6] == "0:0", step
+
+
+# Every check, by the name of its test: test_trixie.py runs them on the Slurm 24.11 cluster.
+CHECKS = {f.__name__.removeprefix("check_"): f for f in (
+    check_the_job_runs_in_a_container_on_two_nodes, check_a_file_written_on_one_node_is_read_on_the_other,
+    check_the_container_sees_the_rendered_nccl_conf, check_the_memory_limit_is_the_one_slurm_set,
+    check_sacct_accounts_the_container_job)}
+
+
+# ---- the Slurm 22.05 cluster
+
+def test_the_job_runs_in_a_container_on_two_nodes(container_job, staged_cluster):
+    check_the_job_runs_in_a_container_on_two_nodes(container_job, staged_cluster)
+
+
+def test_a_file_written_on_one_node_is_read_on_the_other(container_job, staged_cluster):
+    check_a_file_written_on_one_node_is_read_on_the_other(container_job, staged_cluster)
+
+
+def test_the_container_sees_the_rendered_nccl_conf(container_job, staged_cluster):
+    check_the_container_sees_the_rendered_nccl_conf(container_job, staged_cluster)
+
+
+def test_the_memory_limit_is_the_one_slurm_set(container_job, staged_cluster):
+    check_the_memory_limit_is_the_one_slurm_set(container_job, staged_cluster)
+
+
+def test_sacct_accounts_the_container_job(container_job, staged_cluster):
+    check_sacct_accounts_the_container_job(container_job, staged_cluster)

@@ -213,6 +213,44 @@ def test_second_configure_changes_nothing(staged_trixie):
     assert result.changed == 0, f"second configure changed {result.changed} things: {changed} (log {result.log_path})"
 
 
+# ---------------------------------------------------------------- a job in an OCI container (test_containers_job.py)
+# The 22.05 module's job and checks, on 24.11: its oci.conf keeps runc's state in /run/slurm-oci/<uid>, and the
+# production cgroup profile puts the step, runtime and container in the job's cgroup.
+
+
+CAP_SYS_NICE = 23  # linux/capability.h
+
+
+@pytest.fixture(scope="module")
+def container_job_2411(staged_trixie, tmp_path_factory):
+    from test_containers_job import run_container_job
+
+    _need_converged(staged_trixie)
+    # task/affinity (production profile) sets the CPU mask of the job's user's tasks from root's slurmstepd, which
+    # takes CAP_SYS_NICE: every job of a user other than root fails without it ("task_g_set_affinity: Operation not
+    # permitted"). Root on a real node has it; a staged node has it only if stage up gives it.
+    for host in COMPUTE[:2]:
+        eff = staged_trixie.exec(host, "sh", "-c", "sed -n 's/^CapEff:\\t//p' /proc/1/status", check=True).stdout
+        if not int(eff, 16) >> CAP_SYS_NICE & 1:
+            pytest.fail(f"{host}: root lacks CAP_SYS_NICE (CapEff {eff.strip()}), so task/affinity refuses every "
+                        "non-root job step: stage up must add SYS_NICE to compute nodes on the production profile",
+                        pytrace=False)
+    return run_container_job(staged_trixie, tmp_path_factory)
+
+
+def _container_checks() -> list[str]:
+    from test_containers_job import CHECKS
+
+    return list(CHECKS)
+
+
+@pytest.mark.parametrize("check", _container_checks())
+def test_container_job(container_job_2411, staged_trixie, check):
+    from test_containers_job import CHECKS
+
+    CHECKS[check](container_job_2411, staged_trixie)
+
+
 # ---------------------------------------------------------------- configless Slurm 24.11 (test_configless.py)
 
 

@@ -38,19 +38,36 @@ OCI_KEYS: dict[tuple[int, int], frozenset[str]] = {
 }
 # Slurm's containers guide: keep the client's Slurm configuration out of the container and out of the runtime.
 ENV_EXCLUDE = "^(SLURM_CONF|SLURM_CONF_SERVER)="
+# The RunTime* commands get slurmstepd's own environment, which holds systemd's NOTIFY_SOCKET where slurmd runs as a
+# Type=notify unit (Debian 13's 24.11): runc then relays the socket into the container and, run in the foreground,
+# waits for the container to send READY=1 before it reaps it, so the step never ends after its process exits.
+RUNTIME_ENV_EXCLUDE = "^(SLURM_CONF|SLURM_CONF_SERVER|NOTIFY_SOCKET)="
 # One container per node, user, job, step and task (Slurm's containers guide).
 CONTAINER_ID = "%n.%u.%j.%s.%t"
-# Where the runtime keeps its state. From 23.02 Slurm's guide's per-user /run/user/%U (%U, the numeric user id,
-# came with 23.02): private to the user, on tmpfs. 22.05 has no %U, and its guide's /tmp/ is shared by every user;
-# its %b is the step's own spool folder, which slurmstepd makes for the user (mode 0750) and removes after the
-# step, and which every RunTime* command of the step expands alike.
+# Where the runtime keeps its state (`--root`). From 23.02, a folder per user (%U, the numeric user id, came with
+# 23.02) under OCI_STATE_DIR, which the slurm_compute role makes on every node with oci on (tmpfiles.d, again at each
+# boot): mode 1777 and sticky, as /tmp, so runc, running as the user, makes the user's own folder (runc makes its
+# root mode 0700) and no other user can remove or rename it. Slurm's guide writes /run/user/%U/, which exists only
+# while the user has a systemd session on the node or lingering: a batch job opens none, so that guide's file fails
+# every step of a user the site did not enable lingering for. 22.05 has no %U, and its guide's /tmp/ is shared by
+# every user; its %b is the step's own spool folder, which slurmstepd makes for the user (mode 0750) and removes
+# after the step, and which every RunTime* command of the step expands alike.
+OCI_STATE_DIR = "/run/slurm-oci"
 STATE = {(22, 5): ("%b", "the step's spool folder (%b: Slurm 22.05 has no %U for a per-user folder)"),
-         (23, 2): ("/run/user/%U/", "/run/user/%U/, the user's own runtime folder (Slurm's containers guide)")}
+         (23, 2): (f"{OCI_STATE_DIR}/%U", f"{OCI_STATE_DIR}/%U (the user's own, under the sticky {OCI_STATE_DIR} "
+                   "that slurm_compute makes at each boot)")}
 
 
 def _at(table: dict[tuple[int, int], object], version: tuple[int, int]) -> object:
     """The entry of the newest release at or before `version`."""
     return table[max(v for v in table if v <= version)]
+
+
+def oci_state_dir(spec: ClusterSpec) -> str | None:
+    """The shared parent of the users' runtime state folders the role must make, or None where the state lives in
+    a folder Slurm makes (22.05's %b)."""
+    state, _why = _at(STATE, spec.slurm.version_tuple)
+    return OCI_STATE_DIR if state.startswith(OCI_STATE_DIR + "/") else None
 
 
 def oci_keys(version: str) -> frozenset[str]:
@@ -64,7 +81,7 @@ def oci_settings(spec: ClusterSpec) -> list[tuple[str, str]]:
     state, _why = _at(STATE, spec.slurm.version_tuple)
     base = f"{runtime} --rootless=true --root={state}"
     run = f"{base} run {CONTAINER_ID} -b %b" if runtime == "runc" else f"{base} run --bundle %b {CONTAINER_ID}"
-    settings = [("EnvExclude", ENV_EXCLUDE), ("RunTimeEnvExclude", ENV_EXCLUDE),
+    settings = [("EnvExclude", ENV_EXCLUDE), ("RunTimeEnvExclude", RUNTIME_ENV_EXCLUDE),
                 ("RunTimeQuery", f"{base} state {CONTAINER_ID}"), ("RunTimeKill", f"{base} kill -a {CONTAINER_ID}"),
                 ("RunTimeDelete", f"{base} delete --force {CONTAINER_ID}"), ("RunTimeRun", run)]
     keys = oci_keys(spec.slurm.version)
@@ -106,7 +123,7 @@ def role_facts(cluster: Cluster) -> dict:
     groups = {g.name: {"oci": jobcontainers.oci(spec, g), "enroot_pyxis": jobcontainers.enroot_pyxis(spec, g),
                        "arch": arch_of(spec, g), "files": group_files(cluster, g)} for g in spec.node_groups}
     stack = CONTAINER_STACK
-    return {"runtime": spec.containers.runtime, "groups": groups,
+    return {"runtime": spec.containers.runtime, "oci_state_dir": oci_state_dir(spec), "groups": groups,
             "packages": [*stack.enroot.packages, *stack.pyxis.packages],
             "versions": {**{p: stack.enroot.version for p in stack.enroot.packages},
                          **{p: stack.pyxis.version for p in stack.pyxis.packages}},
