@@ -134,6 +134,7 @@ def test_compute_nodes_of_the_production_profile_get_cgroups(name):
     production = cluster.spec.slurm.profile == "production"
     for node in stage_nodes(cluster):
         assert node.cgroups == (production and node.name in compute), node
+        assert ("SYS_NICE" in node.caps) == node.cgroups, node  # task/affinity's sched_setaffinity as root
 
 
 def _cfg(tmp_path: Path) -> StageConfig:

@@ -43,6 +43,11 @@ def stage_nodes(cluster: Cluster) -> list:
         # bounding set, so no container can have it: the spec's ganesha.allow_set_io_flusher_fail lets it start.)
         nfs_exports = tuple(e.path for n in spec.storage.nfs if n.server_group == group.name for e in n.exports)
         caps = ("DAC_READ_SEARCH",) if nfs_exports else ()
+        # task/affinity (the production profile) sets each task's CPU mask from root's slurmstepd for the job's
+        # user: sched_setaffinity on another user's process needs CAP_SYS_NICE, which a real node's root has and a
+        # podman container's lacks by default ("task_g_set_affinity: Operation not permitted" for every step of a
+        # user other than root).
+        caps += ("SYS_NICE",) if cgroups else ()
         for host in group.hosts:
             nodes.append(StageNode(name=host, groups=member_of, gpu_devices=cluster.gpu_devices(group), fuse=fuse,
                                    caps=caps, volumes=nfs_exports, cgroups=cgroups,
