@@ -70,6 +70,8 @@ CASES = {
                            "has a query or fragment"),
     "a URL with a space": ("  external_url: 'http://prom :9090'\n", "metrics.external_url", "[value_error]",
                            "not a URL"),
+    "a URL with Jinja in its path": ("  external_url: 'http://prom:9090/{{7*191}}'\n", "metrics.external_url",
+                                     "[value_error]", "a path character a URL does not hold"),
     "Grafana as text": ("  grafana: 'yes'\n", "metrics.grafana", "[bool_type]", "write true or false"),
     "a privileged Grafana port": ("  grafana_port: 80\n", "metrics.grafana_port", "[greater_than_equal]",
                                   "1,024 or more"),

@@ -641,6 +641,10 @@ def _prometheus_url(value: object) -> object:
         raise ValueError(f"'{value}' has a query or fragment, which Prometheus's API paths cannot follow; {fix}")
     if port == 0:
         raise ValueError(f"'{value}' has no valid port (1-65535); {fix}")
+    if not re.fullmatch(r"[A-Za-z0-9._~%!$&'()*+,;=:@/-]*", parts.path):
+        # RFC 3986's path characters only: a brace, quote or backslash would be Jinja or YAML in the files and
+        # roles that carry the URL (the Grafana data source, the role's message); write it percent-encoded
+        raise ValueError(f"'{value}' has a path character a URL does not hold unencoded; {fix}")
     return value.rstrip("/")
 
 
