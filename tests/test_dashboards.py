@@ -21,11 +21,11 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models import dashboard as model
 from grafana_foundation_sdk.models import prometheus as prom
+from test_metrics import _slurm_file
 
 from gpucluster.cluster import Cluster
 from gpucluster.commands.render import RENDER_FAMILIES
-from gpucluster.node import promtext, slurmmetrics
-from gpucluster.render import slurmunits
+from gpucluster.node import promtext
 from gpucluster.render.dashboards import (
     DCGM_METRICS,
     KINDS,
@@ -184,18 +184,7 @@ def metric_names(expr: str) -> tuple[list[str], list[str]]:
 
 def _slurm_names(cluster: Cluster, folder: Path) -> set[str]:
     """The names gpucluster-slurm-metrics writes, every source read, for the cluster's plan."""
-    plan = folder / slurmunits.FILE
-    plan.write_text(slurmunits.render_slurm_units(cluster)[slurmunits.FILE])
-    hosts = [h for g in cluster.spec.groups_with_role("compute") for h in g.hosts]
-    table = {"errors": [], "nodes": [{"name": h, "state": ["IDLE"], "reason": ""} for h in hosts]}
-    heads = {"main": "Main schedule statistics (microseconds):", "backfill": "Backfilling stats"}
-    sdiag = "".join(head + "\n" + "".join(f"\t{key}: 1\n" for sec, key in slurmmetrics.SDIAG_KEYS if sec == name)
-                    for name, head in heads.items())
-    outputs = {slurmmetrics.NODES_JSON: json.dumps(table), slurmmetrics.JOBS: "PENDING|Resources\n",
-               slurmmetrics.SDIAG: sdiag}
-    text, whys = slurmmetrics.collect(lambda argv, timeout: (outputs[tuple(argv)], ""), str(plan), 5, 1.0)
-    assert whys == []
-    return set(re.findall(r"^(gpucluster_slurm_\w+)", text, re.M))
+    return set(re.findall(r"^(gpucluster_slurm_\w+)", _slurm_file(cluster, folder), re.M))
 
 
 def known_names(cluster: Cluster, folder: Path) -> set[str]:
