@@ -8,6 +8,7 @@ The first tray of domain 1 is taken by a one-node job first, so a topology-blind
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterator
@@ -31,23 +32,29 @@ def _cluster_files(line: str, out: Path):
     return cluster
 
 
-@pytest.fixture(scope="module", params=["24.11", "26.05"])
-def emulated(request, tmp_path_factory) -> Iterator:
+@contextlib.contextmanager
+def two_racks(line: str, out: Path) -> Iterator:
+    """(cluster, trays, the running emulator) of the GB200 example's two racks on a Slurm line with
+    topology/block, its files rendered into `out`; skipped (failed in CI) without root or the line's root."""
     from gpucluster.emulate import SlurmCluster
     from gpucluster.emulate.roots import RootError, runtime
 
-    line = request.param
     if os.geteuid() != 0:
         skip_or_fail(f"Slurm {line} runs from a Debian root through chroot, which needs root")
     try:
         runtime(line)
     except RootError as exc:
         skip_or_fail(f"Slurm {line}: {exc}")
-    out = tmp_path_factory.mktemp(f"blocks-{line}")
     cluster = _cluster_files(line, out)
     g = cluster.spec.group("gb200")
     trays = [g.host(i) for i in range(g.count)]
     with SlurmCluster(out, line=line, slurmd_nodes=trays, start_timeout=120) as sc:
+        yield cluster, trays, sc
+
+
+@pytest.fixture(scope="module", params=["24.11", "26.05"])
+def emulated(request, tmp_path_factory) -> Iterator:
+    with two_racks(request.param, tmp_path_factory.mktemp(f"blocks-{request.param}")) as (cluster, _trays, sc):
         yield cluster, sc
 
 

@@ -9,39 +9,18 @@ crossed, both named."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import shutil
-import sys
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import hostlist
 import pytest
-from conftest import skip_or_fail
-from test_nvlink_blocks_emulated import _cluster_files
+from test_blocks_compare import checks  # validate's Slurm checks, loaded as a module once
+from test_nvlink_blocks_emulated import two_racks
 
 from gpucluster.validate.expect import _blocks
-from gpucluster.validate.suite import CHECKS_DIR
 
 pytestmark = [pytest.mark.slurm, pytest.mark.emulate]
-
-
-def _checks():
-    """validate's Slurm checks as a module (they run on the validating machine without gpucluster)."""
-    for name, file in (("gpc_checklib", "gpc_checklib.py"), ("gpc_checks_slurm", "test_slurm.py")):
-        if name not in sys.modules:
-            spec = importlib.util.spec_from_file_location(name, CHECKS_DIR / file)
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[name] = mod
-            with warnings.catch_warnings():  # the checks' own `per` mark is registered by their conftest
-                warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
-                spec.loader.exec_module(mod)
-    return sys.modules["gpc_checks_slurm"]
-
-
-checks = _checks()
 
 
 def _rendered(out: Path) -> dict[str, str]:
@@ -50,21 +29,9 @@ def _rendered(out: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module", params=["24.11", "26.05"])
 def emulated(request, tmp_path_factory) -> Iterator:
-    from gpucluster.emulate import SlurmCluster
-    from gpucluster.emulate.roots import RootError, runtime
-
     line = request.param
-    if os.geteuid() != 0:
-        skip_or_fail(f"Slurm {line} runs from a Debian root through chroot, which needs root")
-    try:
-        runtime(line)
-    except RootError as exc:
-        skip_or_fail(f"Slurm {line}: {exc}")
     out = tmp_path_factory.mktemp(f"vblocks-{line}")
-    cluster = _cluster_files(line, out)
-    g = cluster.spec.group("gb200")
-    trays = [g.host(i) for i in range(g.count)]
-    with SlurmCluster(out, line=line, slurmd_nodes=trays, start_timeout=120) as sc:
+    with two_racks(line, out) as (_cluster, trays, sc):
         yield out, trays, sc, line
 
 
