@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 from conftest import ROOT, example_path, example_text, line_of
-from test_gpu_repo import ROLE, ROLE_VARS, Apt, _build_repo, _driver_set, _task, filters, role_eval
+from test_gpu_repo import ROLE, ROLE_VARS, Apt, _build_repo, _driver_set, _task, filters, role_eval, role_pins_of
 
 from gpucluster.catalog import RELEASES, REPOSITORIES_BY_ARCH
 
@@ -167,17 +167,9 @@ def role_sources(variables: dict, served: Path) -> str:
 
 def role_pins(variables: dict) -> dict[str, str]:
     """The preferences files the nvidia_gpu role (part pins, branch lock) and the nccl role write."""
-    main = ROLE / "tasks" / "main.yml"
-    variables = dict(variables)
-    files = _task(main, lambda t: "__nvidia_gpu_files" in (t.get("ansible.builtin.set_fact") or {}))
-    variables["__nvidia_gpu_files"] = role_eval(files["ansible.builtin.set_fact"]["__nvidia_gpu_files"], variables)
-    out = {}
-    for var in ("__nvidia_gpu_apt_preferences", "__nvidia_gpu_branch_lock"):
-        task = _task(main, lambda t, v=var: (t.get("ansible.builtin.copy") or {}).get("dest") == f"{{{{ {v} }}}}")
-        out[Path(variables[var]).name] = str(role_eval(task["ansible.builtin.copy"]["content"], variables))
     stack = variables["__nvidia_gpu_stack"]
-    out["gpucluster-nccl"] = filters.driver_files(variables["gpucluster_state_dir"], stack, "nccl")["pins"]
-    return out
+    return {**role_pins_of(variables),
+            "gpucluster-nccl": filters.driver_files(variables["gpucluster_state_dir"], stack, "nccl")["pins"]}
 
 
 def role_install(variables: dict) -> list[str]:

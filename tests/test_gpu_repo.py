@@ -287,8 +287,13 @@ def role_variables(stack: dict, release: int = 12) -> dict:
 
 def _role_pins(stack: dict) -> dict[str, str]:
     """The files main.yml writes to /etc/apt/preferences.d (apt reads them sorted by name), from its own tasks."""
+    return role_pins_of(role_variables(stack))
+
+
+def role_pins_of(variables: dict) -> dict[str, str]:
+    """The part pins and the branch lock main.yml writes, evaluated from its own tasks with the role's variables."""
     main = ROLE / "tasks" / "main.yml"
-    variables = role_variables(stack)
+    variables = dict(variables)
     files = _task(main, lambda t: "__nvidia_gpu_files" in (t.get("ansible.builtin.set_fact") or {}))
     variables["__nvidia_gpu_files"] = role_eval(files["ansible.builtin.set_fact"]["__nvidia_gpu_files"], variables)
     out = {}
