@@ -55,7 +55,7 @@ def test_a_caller_that_stops_early_stops_the_thread():
     runs = made_ahead(endless)
     next(runs)
     runs.close()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # a loaded machine may schedule the thread late
     while any(t.name == "gpucluster-render-ahead" for t in threading.enumerate()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(t.name == "gpucluster-render-ahead" for t in threading.enumerate())
