@@ -366,6 +366,7 @@ def test_facts_json_carries_each_groups_choice_and_files(name: str) -> None:
     for g in cluster.spec.node_groups:
         assert facts["groups"][g.name] == {"oci": jobcontainers.oci(cluster.spec, g),
                                            "enroot_pyxis": jobcontainers.enroot_pyxis(cluster.spec, g),
+                                           "gpu_host": g.role == "compute",
                                            "arch": arch_of(cluster.spec, g), "files": group_files(cluster, g)}
     assert facts["runtime"] == cluster.spec.containers.runtime
     assert facts["cache_dir"] == jobcontainers.cache_dir(cluster.spec)
@@ -466,3 +467,24 @@ def test_only_staged_compute_nodes_are_unmasked_for_nested_containers() -> None:
         args = _run_args(cfg, node, "img", 2222)
         unmasked = ("--security-opt", "unmask=ALL") in set(pairwise(args))
         assert unmasked == (node.name in compute), (node.name, args)
+
+
+def test_a_login_group_gets_pyxis_from_the_same_tasks_without_a_gpu() -> None:
+    """srun accepts --container-image only where pyxis is in its own plugin stack: slurm_login runs slurm_compute's
+    container tasks, which load the OS constants themselves there, skip the PCI scan (gpu_host is false for a login
+    group) and install where a source is named."""
+    login = yaml.safe_load((ROLE.parent / "slurm_login" / "tasks" / "main.yml").read_text())
+    inc = next(t["ansible.builtin.include_role"] for t in login if "ansible.builtin.include_role" in t)
+    assert inc == {"name": "slurm_compute", "tasks_from": "containers.yml"}
+    tasks = yaml.safe_load((ROLE / "tasks" / "containers.yml").read_text())
+    assert tasks[0]["ansible.builtin.include_vars"] == "{{ ansible_facts['os_family'] }}.yml"
+    scan = next(t for t in tasks if "PCI bus" in t["name"] and "ansible.builtin.shell" in t)
+    assert "__slurm_compute_ct_group.gpu_host | default(true) | bool" in scan["when"]
+    here = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
+    assert "gpu_host" in here["__slurm_compute_ct_no_gpu"] and "__slurm_compute_ct_no_gpu" in here[
+        "__slurm_compute_ct_pyxis_here"]
+    cluster = cluster_example("gb200-superpod")
+    facts = role_facts(cluster)
+    logins = [g for g in cluster.spec.node_groups if g.role == "login"]
+    assert logins and all(facts["groups"][g.name]["enroot_pyxis"] and not facts["groups"][g.name]["gpu_host"]
+                          for g in logins)

@@ -120,8 +120,11 @@ def role_facts(cluster: Cluster) -> dict:
     Debian architecture and its files; the runtime package, the locked packages and enroot's folders. The role
     copies rendered files by these names and never derives one."""
     spec = cluster.spec
+    # gpu_host: whether enroot and pyxis go only where an NVIDIA GPU is on the PCI bus (compute nodes, which run the
+    # containers); a login node loads pyxis for srun's side of --container-image and needs no GPU.
     groups = {g.name: {"oci": jobcontainers.oci(spec, g), "enroot_pyxis": jobcontainers.enroot_pyxis(spec, g),
-                       "arch": arch_of(spec, g), "files": group_files(cluster, g)} for g in spec.node_groups}
+                       "gpu_host": g.role == "compute", "arch": arch_of(spec, g), "files": group_files(cluster, g)}
+              for g in spec.node_groups}
     stack = CONTAINER_STACK
     return {"runtime": spec.containers.runtime, "oci_state_dir": oci_state_dir(spec), "groups": groups,
             "packages": [*stack.enroot.packages, *stack.pyxis.packages],
