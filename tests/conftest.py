@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import os
 import shutil
+import subprocess
 import sys
 import time
 from functools import cache
@@ -209,6 +210,25 @@ def skip_or_fail(reason: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{reason} (CI is set, so this is not skipped)")
     pytest.skip(reason)
+
+
+def ansible_lint(targets: list[str], *, offline: bool = False) -> subprocess.CompletedProcess | None:
+    """ansible-lint's production profile on `targets` (paths under the project root), or None where the test
+    command's ansible-lint phase already linted the whole of roles/ and playbooks/ and passed (scripts/test.sh sets
+    GPUCLUSTER_ANSIBLE_LINT_PASSED then): the caller skips, saying so. A missing ansible-lint is skip_or_fail."""
+    if os.environ.get("GPUCLUSTER_ANSIBLE_LINT_PASSED") == "roles/ playbooks/" and all(
+            t.startswith(("roles/", "playbooks/")) for t in targets):
+        return None
+    exe = Path(sys.executable).parent / "ansible-lint"
+    if not exe.exists():
+        skip_or_fail("not run: ansible-lint is not installed (pip install -e '.[dev]')")
+    return subprocess.run([str(exe), "--profile", "production", *(["--offline"] if offline else []), "--nocolor",
+                           *targets], cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
+                          timeout=1800, check=False)
+
+
+LINTED_BY_THE_PHASE = ("ran in the test command's ansible-lint phase: the production profile over the whole of roles/ "
+                       "and playbooks/, which passed")
 
 
 def need_slurm_line(line: str) -> None:
