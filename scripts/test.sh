@@ -105,5 +105,14 @@ for f in sorted(Path(sys.argv[1]).glob("*.xml")):
         failed += fails + errors
         skipped += skips
 print(f"total: {passed} passed, {failed} failed, {skipped} skipped")
+# The staged phase's workers: seconds of tests (set-up included) per cluster group (tests/staged/conftest.py).
+groups: dict[str, list[float]] = {}
+staged = Path(sys.argv[1]) / "staged.xml"
+if staged.exists():
+    for case in ET.parse(staged).getroot().iter("testcase"):
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        groups.setdefault(props.get("xdist_group", "(none)"), []).append(float(case.get("time", 0)))
+for name, times in sorted(groups.items()):
+    print(f"staged group {name}: {sum(times):.0f} s in {len(times)} tests")
 EOF
 exit "$status"

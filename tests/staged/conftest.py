@@ -89,6 +89,14 @@ def pytest_collection_modifyitems(config, items):
         items[:] = [item for item in items if not item.get_closest_marker("disruptive")] + last
 
 
+@pytest.fixture(autouse=True)
+def _record_group(request, record_property):
+    """The test's xdist group in the JUnit report, so scripts/test.sh can sum each cluster's worker."""
+    marker = request.node.get_closest_marker("xdist_group")
+    if marker is not None:
+        record_property("xdist_group", marker.kwargs.get("name") or (marker.args[0] if marker.args else ""))
+
+
 def _missing_tools() -> str | None:
     if os.geteuid() != 0:
         return "staged nodes need root (rootful podman)"
