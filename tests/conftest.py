@@ -212,6 +212,25 @@ def skip_or_fail(reason: str) -> None:
     pytest.skip(reason)
 
 
+def validate_checks(file: str, name: str):
+    """A module of validate's checks (src/gpucluster/validate/checks/FILE), loaded once as `name` with the
+    gpc_checklib it imports, as the suite's own pytest run imports them (no package)."""
+    import importlib.util
+    import warnings
+
+    from gpucluster.validate.suite import CHECKS_DIR
+
+    for mod_name, mod_file in (("gpc_checklib", "gpc_checklib.py"), (name, file)):
+        if mod_name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(mod_name, CHECKS_DIR / mod_file)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[mod_name] = mod
+            with warnings.catch_warnings():  # the checks' own `per` mark is registered by their conftest
+                warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
+                spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
 def ansible_lint(targets: list[str], *, offline: bool = False) -> subprocess.CompletedProcess | None:
     """ansible-lint's production profile on `targets` (paths under the project root), or None where the test
     command's ansible-lint phase already linted the whole of roles/ and playbooks/ and passed (scripts/test.sh sets

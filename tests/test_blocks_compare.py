@@ -6,32 +6,15 @@ writes."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-import warnings
 from types import SimpleNamespace
 
 import pytest
-from conftest import compiled, example_data, spec_from_data
+from conftest import compiled, example_data, spec_from_data, validate_checks
 
 from gpucluster.render.topology import topology_files
 from gpucluster.validate.expect import _blocks
-from gpucluster.validate.suite import CHECKS_DIR
 
-
-def _checks():
-    for name, file in (("gpc_checklib", "gpc_checklib.py"), ("gpc_checks_slurm", "test_slurm.py")):
-        if name not in sys.modules:
-            spec = importlib.util.spec_from_file_location(name, CHECKS_DIR / file)
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[name] = mod
-            with warnings.catch_warnings():  # the checks' own `per` mark is registered by their conftest
-                warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
-                spec.loader.exec_module(mod)
-    return sys.modules["gpc_checks_slurm"]
-
-
-checks = _checks()
+checks = validate_checks("test_slurm.py", "gpc_checks_slurm")
 
 # 2 racks (36 trays), 24.11.5 and 26.05 print the same.
 TWO_RACKS = """\

@@ -177,6 +177,20 @@ def _storage(storage: dict, inv: Inventory) -> tuple[dict | None, list[dict]]:
     return flash, nfs
 
 
+def _containers(facts: dict, hosts: dict[str, dict], selected: list[str], flash_clients: list[str]) -> dict:
+    """Per node group with Slurm's OCI support on: its selected hosts, in inventory order, and the flash tier's
+    container folder where every one of them mounts it (else None: the job's bundle needs a tier both nodes see)."""
+    ct = facts.get("containers") or {}
+    out = {}
+    for g, entry in (ct.get("groups") or {}).items():
+        if not entry.get("oci"):
+            continue
+        members = [h for h in selected if hosts.get(h, {}).get("node_group") == g]
+        shared = bool(members) and set(members) <= set(flash_clients)
+        out[g] = {"hosts": members, "flash_dir": ct.get("flash_dir") if shared else None}
+    return out
+
+
 def _slurm(slurm: dict, slurm_files: dict[str, str], switches: list[dict], rendered: dict[str, str]) -> dict:
     """The Slurm part: version, profile, config files with their hashes, node lines, topology, accounting
     and where slurmctld logs."""
@@ -250,6 +264,7 @@ def build(inv: Inventory, opts: Options, *, state_dir: str | None = None) -> dic
         "munge": {"key": MUNGE_KEY, "key_sha256": munge_ref,
                   "reference": "secrets dir" if munge_ref else None},
         "nccl": nccl,
+        "containers": _containers(facts, hosts, selected, inv.group("flash_client")),
         "flash": flash,
         "nfs": nfs,
         "fabric": {"type": fabric_type,

@@ -108,6 +108,8 @@ def run_via_slurm(inv: Inventory, doc: dict, expect_path: Path, workdir: Path, *
         raise UsageError(f"--sbatch-args {sbatch_args!r}: {exc}; give sbatch options as a shell would split "
                          "them, e.g. '--reservation=maint --qos=high'") from None
     in_job = _job_hosts(inv, doc, submit, out)
+    doc["via_slurm"] = True  # the SSH part's checks that would need the job's nodes skip, saying so
+    expect_path.write_text(json.dumps(doc, indent=1))
     _munge_reference(inv, doc, expect_path)
     over_ssh = _start_ssh_part(expect_path, [h for h in doc["selected"] if h not in in_job], workers, workdir,
                                stream=stream, extra=extra)
