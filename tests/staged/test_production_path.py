@@ -1,7 +1,8 @@
 """The staged containers treated as a fleet gpucluster did not stage: the production path.
 
 On the Debian 13 cluster (staged_trixie): the two staged clusters' workers run side by side, and these tests
-balance them (the Debian 12 cluster carries the pull and health tests). The session fixture wrote the inventory
+balance them (the Debian 12 cluster carries the health, storage and validate tests; this one also the pull
+tests). The session fixture wrote the inventory
 with `gpucluster inventory --ssh-config`, the secrets with `gpucluster secrets --generate`, and configured with
 --secrets. Here: the fresh image's apt trap was met,
 the supplied secrets are the ones on the nodes, a dry run (--check --diff) reports exactly what a spec

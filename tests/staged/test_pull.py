@@ -1,6 +1,8 @@
 """Converging the staged cluster by pull (docs/roles.md "Converging a fleet").
 
-On the session's `staged_cluster` (converged by push, which installed the pull runner: site.yml's pull play):
+On the Debian 13 cluster, the session's `staged_trixie` (converged by push from the production path's inventory
+and secrets file, which installed the pull runner: site.yml's pull play). It runs there to balance the two
+clusters' workers: the Debian 12 cluster carries the health, storage and validate tests.
 a pull of the fleet changes nothing and every host reports the bundle the operator built; a change to the NCCL
 settings in the spec reaches every GPU node by pull (and only them), then the session's spec again.
 No second cluster comes up. Measured on the shared 2-core development machine at load 25-30: the no-op pull took
@@ -74,8 +76,8 @@ def _inventory_with_qps(c, tmp_path: Path, qps: int) -> Path:
     return inv
 
 
-def test_a_pull_of_a_converged_cluster_changes_nothing_and_reports_the_bundle(staged_cluster):
-    c = staged_cluster
+def test_a_pull_of_a_converged_cluster_changes_nothing_and_reports_the_bundle(staged_trixie):
+    c = staged_trixie
     _need_converged(c)
     result = _pull(c, c.inventory, "noop")
     from gpucluster.configure.pull import fleet
@@ -91,10 +93,10 @@ def test_a_pull_of_a_converged_cluster_changes_nothing_and_reports_the_bundle(st
     assert {r.bundle for r in result.hosts.values()} == {built} == {result.bundle}
 
 
-def test_a_second_noop_pull_verifies_each_nodes_manifest_and_skips_ansible(staged_cluster):
+def test_a_second_noop_pull_verifies_each_nodes_manifest_and_skips_ansible(staged_trixie):
     """The first pull above was a full run on every host (no manifest yet); now each node verifies the manifest
     that run recorded (files by sha256, mode, owner; services active) and runs no Ansible."""
-    c = staged_cluster
+    c = staged_trixie
     _need_converged(c)
     result = _pull(c, c.inventory, "noop-fast")
     failed = {h: r.error for h, r in result.hosts.items() if r.failed}
@@ -109,8 +111,8 @@ def test_a_second_noop_pull_verifies_each_nodes_manifest_and_skips_ansible(stage
     assert result.elapsed < 120, f"a fast no-op pull took {result.elapsed:.0f} s (log {c.logs / 'pull-noop-fast.log'})"
 
 
-def test_a_hand_edit_on_one_node_runs_the_roles_there_only_and_is_restored(staged_cluster):
-    c = staged_cluster
+def test_a_hand_edit_on_one_node_runs_the_roles_there_only_and_is_restored(staged_trixie):
+    c = staged_trixie
     _need_converged(c)
     edited = c.hosts("gpu_nvidia")[0]
     c.exec(edited, "sh", "-c", "echo 'NCCL_DEBUG=TRACE  # a hand edit' >> /etc/nccl.conf", check=True)
@@ -126,7 +128,7 @@ def test_a_hand_edit_on_one_node_runs_the_roles_there_only_and_is_restored(stage
     assert "hand edit" not in conf and "NCCL_IB_QPS_PER_CONNECTION=1" in conf, conf
 
 
-def test_the_timer_converges_every_fleet_node_to_a_signed_pointer(staged_cluster):
+def test_the_timer_converges_every_fleet_node_to_a_signed_pointer(staged_trixie):
     """--trigger timer: no ssh to any node. The pointer names the bundle the nodes last applied (the session's
     spec), so each node's tick verifies its manifest and reports "unchanged" to the bundle server, where this
     machine reads every result with one ssh per poll. (A forged, altered or replayed pointer:
@@ -134,7 +136,7 @@ def test_the_timer_converges_every_fleet_node_to_a_signed_pointer(staged_cluster
     from gpucluster.configure.pull import fleet
     from gpucluster.inventory.reader import load_inventory
 
-    c = staged_cluster
+    c = staged_trixie
     _need_converged(c)
     want, push_only = fleet(load_inventory(c.inventory))
     for host in want:
@@ -151,8 +153,8 @@ def test_the_timer_converges_every_fleet_node_to_a_signed_pointer(staged_cluster
 
 
 @pytest.mark.disruptive  # the NCCL settings differ for a while, then the session's spec is pulled again
-def test_an_nccl_change_reaches_every_gpu_node_by_pull(staged_cluster, tmp_path):
-    c = staged_cluster
+def test_an_nccl_change_reaches_every_gpu_node_by_pull(staged_trixie, tmp_path):
+    c = staged_trixie
     _need_converged(c)
     gpus = c.hosts("gpu_nvidia")
     changed_inv = _inventory_with_qps(c, tmp_path, 2)
