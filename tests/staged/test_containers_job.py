@@ -140,6 +140,11 @@ def run_container_job(c, tmp_path_factory) -> dict:
             "d['linux']['namespaces'] = [n for n in d['linux']['namespaces'] if n['type'] != 'uts']; "
             "json.dump(d, open(p, 'w'), indent=1)")
     _sh(c, operator, f"python3 -c {shlex.quote(edit)}", user=USER)
+    # The mount points, before any job (docs/containers.md): both nodes start from this one folder at once, and two
+    # runc making the same missing one collide ("mkdirat .../rootfs/var: file exists", seen on 24.11).
+    flash_point = spec.storage.flash.mount.lstrip("/")
+    _sh(c, operator, f"cd {bundle}/rootfs && mkdir -p var/run/slurm {shlex.quote(flash_point)} && touch etc/nccl.conf",
+        user=USER)
     lap("bundle")
 
     # The job, as the user, from the controller.
