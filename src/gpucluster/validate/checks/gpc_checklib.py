@@ -188,6 +188,8 @@ class Target:
 
 
 CONNECT_ATTEMPTS = 3
+# validate's own folder on the flash tier: the storage probes' files and the container job's bundle
+PROBE_DIR = ".gpucluster-validate"
 
 
 def _is_host_key_problem(exc: Exception) -> bool:

@@ -22,9 +22,8 @@ import secrets
 import shlex
 
 import pytest
-from gpc_checklib import run
+from gpc_checklib import PROBE_DIR, run
 
-PROBE_DIR = ".gpucluster-validate"  # validate's folder on the flash tier (test_storage.py)
 MEM_MB = 256  # srun --mem, per node: a shell and cat need a few MiB
 # The container's root file system, from the node's own files: the shell at /bin/sh, the tools the job uses, their
 # libraries, and /usr/bin links (srun from a Debian 13 host sends the command as /usr/bin/sh).

@@ -7,9 +7,8 @@ import shlex
 import time
 
 import pytest
-from gpc_checklib import run
+from gpc_checklib import PROBE_DIR, run
 
-PROBE_DIR = ".gpucluster-validate"
 SKIP_RECORDS = "/var/lib/gpucluster/skipped"  # where roles record a step they skipped, with the reason
 
 
